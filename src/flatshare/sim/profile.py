@@ -1,0 +1,135 @@
+"""Step-time model: what one engine step costs, priced from the work the scheduler put in it.
+
+A profile is a JSON data file (shipped ones live in `flatshare/sim/profiles/`) whose `sources` field
+cites where each coefficient comes from. The cost of a step is
+
+    step_fixed_s
+    + prefill_token_s * prefill tokens + decode_token_s * decode tokens
+    + prefill_attn_pair_s * sum over prefill chunks of n * (context before the chunk + n / 2)
+    + decode_ctx_token_s * sum over decodes of the context read
+    + bytes loaded from the CPU KV tier / cpu_load_bytes_per_s
+
+Steps run one after another (no overlap), as in vLLM without async scheduling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from flatshare.errors import InputError
+
+DEFAULT_PROFILE = "llama3-8b-24gb"
+_COEFFICIENTS = (
+    "step_fixed_s",
+    "prefill_token_s",
+    "decode_token_s",
+    "prefill_attn_pair_s",
+    "decode_ctx_token_s",
+)
+
+
+class ScheduledWork(NamedTuple):
+    """One request's share of a step: `tokens` scheduled on top of `context` already computed."""
+
+    tokens: int
+    context: int
+    is_decode: bool
+
+
+@dataclass(frozen=True)
+class StepTimeProfile:
+    """Coefficients of the step-time model (seconds), and what the KV costs in bytes."""
+
+    name: str
+    step_fixed_s: float
+    prefill_token_s: float
+    decode_token_s: float
+    prefill_attn_pair_s: float
+    decode_ctx_token_s: float
+    kv_bytes_per_token: int
+    cpu_load_bytes_per_s: float
+    default_kv_tokens: int
+    description: str = ""
+    sources: tuple[str, ...] = ()
+    fit: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        for name in _COEFFICIENTS:
+            if getattr(self, name) < 0:
+                raise InputError(f"profile {self.name}: {name} must be >= 0")
+        if self.step_fixed_s <= 0:
+            raise InputError(f"profile {self.name}: step_fixed_s must be > 0 (a step is never free)")
+        if self.kv_bytes_per_token <= 0 or self.cpu_load_bytes_per_s <= 0 or self.default_kv_tokens <= 0:
+            raise InputError(
+                f"profile {self.name}: kv_bytes_per_token, cpu_load_bytes_per_s and default_kv_tokens "
+                "must be > 0"
+            )
+
+    def step_time(self, work: Iterable[ScheduledWork], loaded_tokens: int = 0) -> float:
+        """Virtual seconds one step takes for the given scheduled work and CPU-tier loads."""
+        total = self.step_fixed_s
+        for item in work:
+            if item.is_decode:
+                total += self.decode_token_s * item.tokens + self.decode_ctx_token_s * item.context
+            else:
+                pairs = item.tokens * (item.context + item.tokens / 2)
+                total += self.prefill_token_s * item.tokens + self.prefill_attn_pair_s * pairs
+        return total + self.load_time(loaded_tokens)
+
+    def load_time(self, tokens: int) -> float:
+        """Seconds to bring `tokens` tokens of KV from the CPU tier to the GPU."""
+        return tokens * self.kv_bytes_per_token / self.cpu_load_bytes_per_s
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], origin: str = "profile") -> StepTimeProfile:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InputError(f"{origin}: unknown field(s) {unknown}; valid fields: {sorted(known)}")
+        try:
+            values = dict(data)
+            values["sources"] = tuple(values.get("sources", ()))
+            return cls(**values)
+        except TypeError as exc:
+            raise InputError(f"{origin}: {exc}") from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["sources"] = list(self.sources)
+        if data["fit"] is None:
+            del data["fit"]
+        return data
+
+
+def shipped_profiles() -> list[str]:
+    """Names of the profiles that ship with flatshare."""
+    folder = resources.files("flatshare.sim") / "profiles"
+    return sorted(p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def load_profile(name_or_path: str = DEFAULT_PROFILE) -> StepTimeProfile:
+    """Load a shipped profile by name, or a profile file by path."""
+    path = Path(name_or_path)
+    if path.suffix == ".json" and path.exists():
+        text, origin = path.read_text(), str(path)
+    else:
+        resource = resources.files("flatshare.sim") / "profiles" / f"{name_or_path}.json"
+        if not resource.is_file():
+            raise InputError(
+                f"profile {name_or_path!r}: not a file and not a shipped profile "
+                f"({', '.join(shipped_profiles())})"
+            )
+        text, origin = resource.read_text(), f"profile {name_or_path}"
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{origin}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise InputError(f"{origin}: must be a JSON object")
+    return StepTimeProfile.from_dict(data, origin)

@@ -1,0 +1,140 @@
+"""The simulator's request file: JSONL, one request a line.
+
+Fields: `id` (string, unique), `arrival_s` (>= 0), `prompt_tokens` (> 0) or `prompt_token_ids`
+(a non-empty list of ints), `max_tokens` (> 0), `priority` (int, vLLM's meaning: lower is more
+important), and optional `prefix_group` (requests of one group share their first tokens, see
+`flatshare.sim.tokens`) and `cls` (a class label such as `voice` or `agent`, carried to the records).
+Unknown fields are rejected. Any error names the file, the line and the field, and nothing is used.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flatshare.errors import InputError
+from flatshare.sim.tokens import TokenStreams
+
+_REQUIRED = ("id", "arrival_s", "max_tokens", "priority")
+_OPTIONAL = ("prompt_tokens", "prompt_token_ids", "prefix_group", "cls")
+
+
+@dataclass(frozen=True)
+class SimRequest:
+    """One request for the simulated engine, with its prompt already as token ids."""
+
+    id: str
+    arrival_s: float
+    prompt_token_ids: tuple[int, ...]
+    max_tokens: int
+    priority: int = 0
+    cls: str = ""
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+
+def _field_error(where: str, name: str, message: str) -> InputError:
+    return InputError(f"{where}: field '{name}': {message}")
+
+
+def _int_field(data: Mapping[str, Any], name: str, where: str, minimum: int | None) -> int:
+    value = data[name]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _field_error(where, name, f"must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise _field_error(where, name, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def parse_request(
+    data: Mapping[str, Any], where: str, streams: TokenStreams, max_model_len: int
+) -> SimRequest:
+    """Validate one decoded record; `where` (e.g. `file.jsonl:3`) prefixes every error."""
+    if not isinstance(data, Mapping):
+        raise InputError(f"{where}: a request must be a JSON object")
+    unknown = sorted(set(data) - set(_REQUIRED) - set(_OPTIONAL))
+    if unknown:
+        raise _field_error(where, unknown[0], f"unknown field; valid: {sorted(_REQUIRED + _OPTIONAL)}")
+    for name in _REQUIRED:
+        if name not in data:
+            raise _field_error(where, name, "missing")
+    rid = data["id"]
+    if not isinstance(rid, str) or not rid:
+        raise _field_error(where, "id", "must be a non-empty string")
+    arrival = data["arrival_s"]
+    if not isinstance(arrival, int | float) or isinstance(arrival, bool) or not arrival >= 0:
+        raise _field_error(where, "arrival_s", f"must be a number >= 0, got {arrival!r}")
+    max_tokens = _int_field(data, "max_tokens", where, 1)
+    priority = _int_field(data, "priority", where, None)
+    ids = _prompt_ids(data, where, streams)
+    if len(ids) + max_tokens > max_model_len:
+        name = "prompt_token_ids" if "prompt_token_ids" in data else "prompt_tokens"
+        raise _field_error(
+            where,
+            name,
+            f"prompt ({len(ids)}) + max_tokens ({max_tokens}) exceeds max_model_len {max_model_len}",
+        )
+    cls = data.get("cls", "")
+    if not isinstance(cls, str):
+        raise _field_error(where, "cls", "must be a string")
+    return SimRequest(rid, float(arrival), tuple(ids), max_tokens, priority, cls)
+
+
+def _prompt_ids(data: Mapping[str, Any], where: str, streams: TokenStreams) -> list[int]:
+    if ("prompt_tokens" in data) == ("prompt_token_ids" in data):
+        raise _field_error(where, "prompt_tokens", "give exactly one of prompt_tokens or prompt_token_ids")
+    if "prompt_token_ids" in data:
+        ids = data["prompt_token_ids"]
+        ok = isinstance(ids, list) and ids and all(isinstance(x, int) and x >= 0 for x in ids)
+        if not ok:
+            raise _field_error(where, "prompt_token_ids", "must be a non-empty list of non-negative integers")
+        return list(ids)
+    n = _int_field(data, "prompt_tokens", where, 1)
+    group = data.get("prefix_group")
+    if group is not None and not isinstance(group, str):
+        raise _field_error(where, "prefix_group", "must be a string")
+    key = f"group:{group}" if group is not None else f"request:{data['id']}"
+    return streams.take(key, n)
+
+
+def parse_requests(
+    records: Iterable[tuple[str, Mapping[str, Any]]], max_model_len: int, seed: int = 0
+) -> list[SimRequest]:
+    """Validate (where, record) pairs; ids must be unique. Returns requests sorted by arrival."""
+    streams = TokenStreams(seed)
+    seen: set[str] = set()
+    out: list[SimRequest] = []
+    for where, data in records:
+        request = parse_request(data, where, streams, max_model_len)
+        if request.id in seen:
+            raise _field_error(where, "id", f"duplicate id {request.id!r}")
+        seen.add(request.id)
+        out.append(request)
+    if not out:
+        raise InputError("no requests given")
+    return sorted(out, key=lambda r: (r.arrival_s, r.id))
+
+
+def load_requests(path: Path, max_model_len: int, seed: int = 0) -> list[SimRequest]:
+    """Read and validate a request JSONL file (see the module docstring)."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
+
+    def records() -> Iterable[tuple[str, Mapping[str, Any]]]:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                yield where, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{where}: not valid JSON ({exc.msg})") from exc
+
+    return parse_requests(records(), max_model_len, seed)

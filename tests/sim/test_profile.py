@@ -1,0 +1,71 @@
+"""The default profile reproduces what the first seed observed (within 25%), on the real scheduler."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+
+import pytest
+from simkit import req, run
+
+from flatshare.errors import InputError
+from flatshare.sim.config import EngineConfig
+from flatshare.sim.engine import SimEngine, StepReport
+from flatshare.sim.profile import ScheduledWork, load_profile, shipped_profiles
+
+pytestmark = pytest.mark.vllm
+
+
+def test_lone_short_request_decodes_16_to_20_ms_per_token() -> None:
+    result = run([req("v", 0.0, 300, 60)])
+    times = result.records[0].token_times_s
+    gap = statistics.median(b - a for a, b in itertools.pairwise(times))
+    assert 0.016 <= gap <= 0.020
+
+
+def test_recomputing_a_16k_context_takes_more_than_3_s() -> None:
+    ttft = run([req("a", 0.0, 16000, 1)]).records[0].ttft_s
+    assert ttft is not None
+    assert 3.0 < ttft < 3.0 * 1.25 * 1.25
+
+
+def test_step_with_512_token_chunk_beside_decodes_takes_55_to_70_ms() -> None:
+    engine = SimEngine(EngineConfig(), load_profile())
+    steps: list[StepReport] = []
+    engine.on_step = steps.append
+    for i in range(3):
+        engine.submit(req(f"d{i}", 0.0, 200, 200))
+    engine.submit(req("long", 1.0, 8000, 1, priority=5))
+    engine.run()
+    mixed = [s for s in steps if s.start_s >= 1.0 and s.scheduled_tokens == 512]
+    assert mixed, "the long prefill never shared a full step with decodes"
+    first = mixed[0]
+    assert 0.055 <= first.end_s - first.start_s <= 0.070
+
+
+def test_two_or_three_16k_contexts_fill_the_default_kv_cache() -> None:
+    profile = load_profile()
+    assert 2 <= profile.default_kv_tokens / 16384 <= 3
+    result = run([req(f"a{i}", 0.0, 16000, 400, priority=10) for i in range(3)])
+    starts = sorted(r.first_scheduled_s or 0.0 for r in result.records)
+    finishes = sorted(r.finish_s or 0.0 for r in result.records)
+    # The third context cannot start until one of the first two has finished or been preempted.
+    assert starts[2] >= finishes[0] or result.preemptions > 0
+
+
+def test_step_time_grows_with_context() -> None:
+    profile = load_profile()
+    short = profile.step_time([ScheduledWork(1, 100, True)])
+    long = profile.step_time([ScheduledWork(1, 30000, True)])
+    assert long > short
+    assert profile.load_time(16384) == pytest.approx(16384 * 131072 / 25e9)
+
+
+def test_shipped_profiles_cite_sources() -> None:
+    for name in shipped_profiles():
+        assert load_profile(name).sources
+
+
+def test_unknown_profile_is_a_clear_error() -> None:
+    with pytest.raises(InputError, match="not a file and not a shipped profile"):
+        load_profile("no-such-profile")
