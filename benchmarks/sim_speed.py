@@ -42,7 +42,9 @@ class Stream:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--virtual-s", type=float, default=600.0)
     parser.add_argument("--scheduler", default="vllm")
     parser.add_argument("--seed", type=int, default=0)

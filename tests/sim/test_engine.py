@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from simkit import by_id, req, run
 
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.engine import SimEngine
 from flatshare.sim.profile import load_profile
+from simkit import by_id, req, run
 
 pytestmark = pytest.mark.vllm
 

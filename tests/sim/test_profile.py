@@ -6,12 +6,12 @@ import itertools
 import statistics
 
 import pytest
-from simkit import req, run
 
 from flatshare.errors import InputError
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.engine import SimEngine, StepReport
 from flatshare.sim.profile import ScheduledWork, load_profile, shipped_profiles
+from simkit import req, run
 
 pytestmark = pytest.mark.vllm
 

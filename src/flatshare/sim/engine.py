@@ -41,6 +41,7 @@ class StepReport:
     start_s: float
     end_s: float
     scheduled_tokens: int = 0
+    scheduled: dict[str, int] = field(default_factory=dict)
     tokens: list[tuple[str, int]] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
@@ -75,6 +76,7 @@ class SimEngine:
         self._pending: list[tuple[float, int, SimRequest]] = []
         self._seq = 0
         self._next_sample = 0.0
+        self._empty_steps = 0
         self.on_step: Callable[[StepReport], None] | None = None
 
     # -- input -----------------------------------------------------------------------------------
@@ -104,9 +106,7 @@ class SimEngine:
         output = self.scheduler.schedule()
         self._check_step(output)
         if output.total_num_scheduled_tokens == 0:
-            if self._pending:
-                return self._idle_until(self._pending[0][0])
-            raise SimStalledError(f"t={self.now:.3f}s: {self.scheduler.get_request_counts()} stuck")
+            return self._empty_step(output)
         work, model_output = self._execute(output)
         loads = output.kv_connector_metadata
         loaded = loads.tokens if isinstance(loads, SimStepLoads) else 0
@@ -114,9 +114,14 @@ class SimEngine:
         self._sample_until(end)
         self.now = end
         report = StepReport(
-            start, end, output.total_num_scheduled_tokens, preempted=sorted(output.preempted_req_ids)
+            start,
+            end,
+            output.total_num_scheduled_tokens,
+            dict(output.num_scheduled_tokens),
+            preempted=sorted(output.preempted_req_ids),
         )
         self._apply(output, model_output, report)
+        self._empty_steps = 0
         self.steps += 1
         if self.on_step is not None:
             self.on_step(report)
@@ -154,6 +159,21 @@ class SimEngine:
             request = self._factory.make(spec)
             request.arrival_time = max(spec.arrival_s, self.now)
             self.scheduler.add_request(request)
+
+    def _empty_step(self, output: SchedulerOutput) -> StepReport:
+        """A step that scheduled nothing: vLLM runs no model. It may still have preempted (a running
+        request that could not grow preempts itself); then the next step makes progress."""
+        report = StepReport(self.now, self.now, preempted=sorted(output.preempted_req_ids))
+        self._apply(output, ModelRunnerOutput(req_ids=[], req_id_to_index={}), report)
+        if output.preempted_req_ids:
+            self._empty_steps = 0
+            return report
+        self._empty_steps += 1
+        if self._pending:
+            return self._idle_until(self._pending[0][0])
+        if self._empty_steps > 2:
+            raise SimStalledError(f"t={self.now:.3f}s: {self.scheduler.get_request_counts()} stuck")
+        return report
 
     def _idle_until(self, t: float) -> StepReport:
         start = self.now

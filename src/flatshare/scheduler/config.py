@@ -1,0 +1,65 @@
+"""make-room's settings, read from vLLM's `--additional-config '{"make_room": {...}}'`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+CONFIG_KEY = "make_room"
+
+
+class MakeRoomConfigError(ValueError):
+    """Invalid make-room settings; raised when the scheduler is built, so vLLM fails at start-up."""
+
+
+@dataclass(frozen=True)
+class MakeRoomConfig:
+    """make-room's settings.
+
+    `enabled`: off by default, and then the scheduler behaves exactly as vLLM's.
+    `max_victims`: at most this many running requests are preempted in one step for a waiting one, and
+    none at all if that many would not free enough blocks.
+    `window_tokens` (T): while a protected request prefills or has produced fewer than T tokens,
+    lower-priority requests get no prefill tokens in the step (0 turns the hold off).
+    `hold_decode`: hold their decode as well.
+    `protect_priority`: requests whose priority value is at or below it are protected.
+    `trace_path`: if set, append one JSON line per step in which make-room acted or held.
+    """
+
+    enabled: bool = False
+    max_victims: int = 2
+    window_tokens: int = 48
+    hold_decode: bool = False
+    protect_priority: int = 0
+    trace_path: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("enabled", "hold_decode"):
+            if not isinstance(getattr(self, name), bool):
+                raise MakeRoomConfigError(
+                    f"make_room.{name} must be true or false, got {getattr(self, name)!r}"
+                )
+        for name, minimum in (("max_victims", 1), ("window_tokens", 0)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise MakeRoomConfigError(f"make_room.{name} must be an integer >= {minimum}, got {value!r}")
+        if not isinstance(self.protect_priority, int) or isinstance(self.protect_priority, bool):
+            raise MakeRoomConfigError(
+                f"make_room.protect_priority must be an integer, got {self.protect_priority!r}"
+            )
+        if self.trace_path is not None and not (isinstance(self.trace_path, str) and self.trace_path):
+            raise MakeRoomConfigError("make_room.trace_path must be a non-empty string")
+
+    @classmethod
+    def from_additional_config(cls, additional: Mapping[str, Any] | None) -> MakeRoomConfig:
+        """Read `additional_config["make_room"]`; absent means disabled. Unknown keys are errors."""
+        section = (additional or {}).get(CONFIG_KEY, {})
+        if not isinstance(section, Mapping):
+            raise MakeRoomConfigError(f"additional_config.{CONFIG_KEY} must be a JSON object")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(section) - known)
+        if unknown:
+            raise MakeRoomConfigError(f"make_room: unknown key(s) {unknown}; valid keys: {sorted(known)}")
+        return cls(**dict(section))
