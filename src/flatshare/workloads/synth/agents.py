@@ -1,0 +1,227 @@
+"""Synthetic coding-agent sessions, drawn from distributions fit to the WEKA Claude Code sample.
+
+Each agent is one session of episodes (a task, then a new task with a fresh context). An episode starts from
+the agent's system prompt and tools (`base`, the same for all its episodes) plus a first message, and each
+call resends the previous call's context plus the previous output and a tool result (`step`), so consecutive
+calls share their leading token ids. When the context reaches the episode's final size, that call writes a
+long answer and the episode ends. Between calls the agent pauses (tool time); between episodes, longer.
+
+The defaults are fit to `sample_trace_with_subagent.json` (90 calls, 5 sessions): inputs 10.6k-89k tokens with
+median ~39k, outputs median ~160 (episode-final answers ~4.2k), pauses median 3 s with rare minutes-long ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from flatshare.workloads.model import DEFAULT_PRIORITY, Session, Workload, WorkloadRequest, clip_to_model_len
+from flatshare.workloads.tokens import (
+    DEFAULT_VOCAB,
+    Span,
+    head_spans,
+    prefix_group_span,
+    prompt_length,
+    unique_span,
+)
+
+
+@dataclass(frozen=True)
+class AgentProfile:
+    """Distributions of one coding agent (lognormals given by median and sigma; token counts and seconds)."""
+
+    base_median: float = 11_000.0
+    base_sigma: float = 0.3
+    first_message_median: float = 300.0
+    first_message_sigma: float = 0.6
+    small_step_p: float = 0.5
+    small_step_median: float = 350.0
+    small_step_sigma: float = 0.9
+    big_step_median: float = 5_000.0
+    big_step_sigma: float = 0.5
+    final_context_low: int = 42_000
+    final_context_high: int = 88_000
+    output_median: float = 158.0
+    output_sigma: float = 0.55
+    final_output_median: float = 4_300.0
+    final_output_sigma: float = 0.15
+    think_median_s: float = 2.8
+    think_sigma: float = 0.4
+    long_pause_p: float = 0.07
+    long_pause_median_s: float = 25.0
+    long_pause_sigma: float = 1.2
+    episode_pause_median_s: float = 60.0
+    episode_pause_sigma: float = 1.0
+    max_pause_s: float = 600.0
+    nominal_call_s: float = 1.0
+    nominal_s_per_output_token: float = 0.02
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if not (np.isfinite(value) and value >= 0):
+                raise ValueError(f"AgentProfile.{name} must be a finite number >= 0, got {value}")
+        for name in ("small_step_p", "long_pause_p"):
+            if getattr(self, name) > 1:
+                raise ValueError(f"AgentProfile.{name} is a probability, got {getattr(self, name)}")
+        if not 1 <= self.final_context_low <= self.final_context_high:
+            raise ValueError("AgentProfile needs 1 <= final_context_low <= final_context_high")
+
+
+@dataclass(frozen=True)
+class _Call:
+    appended: int
+    output: int
+    pause_s: float
+
+
+class _AgentDraw:
+    """Draws one agent's calls; with `max_model_len`, an episode ends before prompt + answer exceed it."""
+
+    def __init__(self, profile: AgentProfile, rng: np.random.Generator, max_model_len: int | None) -> None:
+        self.p = profile
+        self.rng = rng
+        self.max_model_len = max_model_len
+
+    def lognormal(self, median: float, sigma: float) -> float:
+        return float(self.rng.lognormal(np.log(max(median, 1e-9)), sigma))
+
+    def tokens(self, median: float, sigma: float, low: int, high: int) -> int:
+        return int(np.clip(round(self.lognormal(median, sigma)), low, high))
+
+    def think(self) -> float:
+        p = self.p
+        if self.rng.random() < p.long_pause_p:
+            return min(self.lognormal(p.long_pause_median_s, p.long_pause_sigma), p.max_pause_s)
+        return min(self.lognormal(p.think_median_s, p.think_sigma), p.max_pause_s)
+
+    def step(self) -> int:
+        p = self.p
+        if self.rng.random() < p.small_step_p:
+            return self.tokens(p.small_step_median, p.small_step_sigma, 1, 200_000)
+        return self.tokens(p.big_step_median, p.big_step_sigma, 1, 200_000)
+
+    def episode(self, base: int) -> list[_Call]:
+        """Calls of one episode; the first call's `appended` is the first message (after `base`)."""
+        p = self.p
+        final_out = self.tokens(p.final_output_median, p.final_output_sigma, 1, 32_768)
+        target = int(self.rng.integers(p.final_context_low, p.final_context_high + 1))
+        if self.max_model_len is not None:
+            final_out = min(final_out, max(1, self.max_model_len // 4))
+            target = min(target, self.max_model_len - final_out)
+        ctx = base + self.tokens(p.first_message_median, p.first_message_sigma, 1, 100_000)
+        appended, outputs, pauses = [ctx - base], [], [0.0]
+        while ctx < target:
+            outputs.append(self.tokens(p.output_median, p.output_sigma, 1, 16_384))
+            grown = min(ctx + outputs[-1] + self.step(), target)
+            appended.append(grown - ctx)
+            pauses.append(self.think())
+            ctx = grown
+        outputs.append(final_out)
+        return [_Call(a, o, t) for a, o, t in zip(appended, outputs, pauses, strict=True)]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    profile: AgentProfile
+    duration_s: float
+    stagger_s: float
+    warm_start: bool
+    common_prefix_tokens: int
+    max_model_len: int | None
+    seed: int
+    priority: int
+    vocab_size: int
+
+
+def coding_agents(
+    n: int,
+    duration_s: float,
+    seed: int,
+    *,
+    profile: AgentProfile | None = None,
+    max_model_len: int | None = None,
+    stagger_s: float = 30.0,
+    warm_start: bool = True,
+    common_prefix_tokens: int = 0,
+    priority: int = DEFAULT_PRIORITY["agent"],
+    vocab_size: int = DEFAULT_VOCAB,
+) -> Workload:
+    """`n` coding-agent sessions (`agent/0` ...) whose calls are issued within `duration_s` of nominal time.
+
+    Agent i starts at a uniform time in `[0, stagger_s)`. With `warm_start`, it joins its first episode at a
+    random call (so the run starts with grown contexts, as in a replay caught mid-session). Nominal time, used
+    only to stop at `duration_s` and to set `arrival_s`, charges each call `nominal_call_s + output *
+    nominal_s_per_output_token`; a driver issues the next call when the real reply completes plus the pause.
+    `common_prefix_tokens` tokens at the head of every prompt are the same for all agents (a shared system
+    prompt); the rest of each agent's base is its own. With `max_model_len`, episodes end before a prompt
+    plus its answer would exceed it (contexts are bounded by ending the task, not by cutting the prompt).
+    """
+    if n < 1 or not duration_s > 0 or stagger_s < 0 or common_prefix_tokens < 0:
+        raise ValueError(
+            "coding_agents needs n >= 1, duration_s > 0, stagger_s >= 0, common_prefix_tokens >= 0"
+        )
+    plan = _Plan(
+        profile or AgentProfile(),
+        duration_s,
+        stagger_s,
+        warm_start,
+        common_prefix_tokens,
+        max_model_len,
+        seed,
+        priority,
+        vocab_size,
+    )
+    rng = np.random.default_rng([seed, 0xA6E27])
+    return Workload(f"agents-{n}", tuple(_agent(i, plan, rng) for i in range(n)), seed)
+
+
+def _agent(i: int, plan: _Plan, rng: np.random.Generator) -> Session:
+    prof = plan.profile
+    draw = _AgentDraw(prof, rng, plan.max_model_len)
+    sid, key = f"agent/{i}", f"agents/{plan.seed}/{i}"
+    start = float(rng.uniform(0, plan.stagger_s)) if plan.stagger_s > 0 else 0.0
+    high = 60_000 if plan.max_model_len is None else max(2, plan.max_model_len // 2)
+    base = max(
+        plan.common_prefix_tokens + 1, draw.tokens(prof.base_median, prof.base_sigma, min(8_000, high), high)
+    )
+    head: list[Span] = []
+    if plan.common_prefix_tokens:
+        head.append(prefix_group_span("agent-system", plan.common_prefix_tokens))
+    head.append(unique_span(f"{key}/base", base - plan.common_prefix_tokens))
+    requests: list[WorkloadRequest] = []
+    issue, done, episode = start, start, 0
+    while issue < plan.duration_s:
+        calls = draw.episode(base)
+        first_pause = draw.lognormal(prof.episode_pause_median_s, prof.episode_pause_sigma)
+        skip = int(rng.integers(0, len(calls))) if plan.warm_start and episode == 0 else 0
+        spans = list(head)
+        for k, call in enumerate(calls):
+            spans.append(unique_span(f"{key}/e{episode}/{k}", call.appended))
+            if k < skip:
+                continue
+            pause = start if not requests else min(first_pause, prof.max_pause_s) if k == 0 else call.pause_s
+            issue = start if not requests else done + pause
+            if issue >= plan.duration_s:
+                break
+            requests.append(_request(f"{sid}/{len(requests)}", sid, tuple(spans), call, pause, issue, plan))
+            done = issue + prof.nominal_call_s + call.output * prof.nominal_s_per_output_token
+        episode += 1
+    return Session(sid, "agent", start, tuple(requests))
+
+
+def _request(
+    rid: str, sid: str, spans: tuple[Span, ...], call: _Call, pause: float, issue: float, plan: _Plan
+) -> WorkloadRequest:
+    n_prompt, max_tokens = clip_to_model_len(prompt_length(spans), call.output, plan.max_model_len)
+    return WorkloadRequest(
+        id=rid,
+        session_id=sid,
+        cls="agent",
+        priority=plan.priority,
+        prompt=head_spans(spans, n_prompt),
+        max_tokens=max_tokens,
+        pause_before_s=pause,
+        arrival_s=issue,
+        vocab_size=plan.vocab_size,
+    )

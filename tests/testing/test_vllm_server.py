@@ -1,0 +1,145 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from flatshare.testing.tiny_model import make_tiny_model
+from flatshare.testing.vllm_server import VllmServer, VllmServerConfig, VllmServerError
+
+METRICS = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_preemptions_total")
+
+
+def test_command_carries_the_flags() -> None:
+    config = VllmServerConfig(
+        model=Path("/m"),
+        scheduling_policy="priority",
+        scheduler_cls="pkg.Sched",
+        additional_config={"flatshare": {"a": 1}},
+        extra_args=("--seed", "7"),
+    )
+    command = config.command(port=8123)
+
+    def flag(name: str) -> str:
+        return command[command.index(name) + 1]
+
+    assert command[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert flag("--port") == "8123"
+    assert flag("--scheduling-policy") == "priority"
+    assert flag("--scheduler-cls") == "pkg.Sched"
+    assert flag("--additional-config") == '{"flatshare": {"a": 1}}'
+    assert "--enforce-eager" in command
+    assert command[-2:] == ["--seed", "7"]
+
+
+def test_environment_keeps_the_kv_cache_small() -> None:
+    env = VllmServerConfig(model=Path("/m"), extra_env={"X_FLAG": "1"}).environment()
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert env["HF_HUB_OFFLINE"] == env["X_FLAG"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"block_size": 16}, "multiple of 32"),
+        ({"num_gpu_blocks": 32, "max_model_len": 1024}, "exceeds the KV cache"),
+        ({"max_num_seqs": 0}, "positive"),
+        ({"scheduling_policy": "lifo"}, "fcfs or priority"),
+    ],
+)
+def test_config_rejects_what_vllm_cannot_start(changes: dict[str, object], message: str) -> None:
+    with pytest.raises(VllmServerError, match=message):
+        VllmServerConfig(model=Path("/m"), **changes)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("vllm")
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    config = VllmServerConfig(model=tiny_model, num_gpu_blocks=64, scheduling_policy="priority")
+    with VllmServer(config, log_dir=tmp_path_factory.mktemp("vllm-log")) as handle:
+        yield handle
+    assert not handle.running()
+    with pytest.raises(ProcessLookupError):  # the whole process group is gone
+        os.killpg(handle.pid, 0)
+
+
+@pytest.fixture
+def client(server: VllmServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=60.0) as http:
+        yield http
+
+
+def _complete(client: httpx.Client, **body: object) -> dict[str, object]:
+    response = client.post("/v1/completions", json={"model": "tiny", "max_tokens": 5, **body})
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+@pytest.mark.server
+def test_server_is_healthy_and_logs(server: VllmServer, client: httpx.Client) -> None:
+    assert server.running()
+    assert server.startup_s is not None and server.startup_s < server.config.startup_timeout_s
+    assert client.get("/health").status_code == 200
+    assert server.log_path.is_file()
+
+
+@pytest.mark.server
+def test_completion_from_token_ids(client: httpx.Client) -> None:
+    usage = _complete(client, prompt=[1, 2, 3], ignore_eos=True)["usage"]
+    assert usage == {**usage, "prompt_tokens": 3, "completion_tokens": 5}  # type: ignore[dict-item]
+
+
+@pytest.mark.server
+def test_completion_from_text(client: httpx.Client, tiny_model: Path) -> None:
+    import transformers
+
+    prompt = "the cat reads a long letter"
+    expected = len(transformers.AutoTokenizer.from_pretrained(tiny_model)(prompt)["input_ids"])
+    body = _complete(client, prompt=prompt, ignore_eos=True)
+    assert body["usage"]["prompt_tokens"] == expected  # type: ignore[index]
+    assert isinstance(body["choices"][0]["text"], str)  # type: ignore[index]
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("priority", [-5, 0, 7])
+def test_priority_field_is_accepted(client: httpx.Client, priority: int) -> None:
+    assert _complete(client, prompt=[5, 6, 7, 8], priority=priority)["choices"]
+
+
+@pytest.mark.server
+def test_tokenize_matches_the_tokenizer(client: httpx.Client, tiny_model: Path) -> None:
+    import transformers
+
+    prompt = "my friend opens the small box"
+    response = client.post("/tokenize", json={"model": "tiny", "prompt": prompt})
+    assert response.status_code == 200, response.text
+    expected = transformers.AutoTokenizer.from_pretrained(tiny_model)(prompt)["input_ids"]
+    assert response.json()["tokens"] == expected
+
+
+@pytest.mark.server
+def test_metrics_expose_what_a_router_reads(client: httpx.Client) -> None:
+    _complete(client, prompt=[1, 2, 3])
+    text = client.get("/metrics").text
+    for name in METRICS:
+        assert f"{name}{{" in text, name
+    assert 'block_size="32"' in text
+
+
+@pytest.mark.server
+def test_a_server_that_cannot_start_reports_its_log(tmp_path: Path) -> None:
+    pytest.importorskip("vllm")
+    config = VllmServerConfig(model=tmp_path / "no-such-model", startup_timeout_s=120.0)
+    handle = VllmServer(config, log_dir=tmp_path)
+    with pytest.raises(VllmServerError, match="exited with code") as caught:
+        handle.start()
+    assert str(handle.log_path) in str(caught.value)
+    assert not handle.running()
