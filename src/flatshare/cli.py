@@ -111,6 +111,46 @@ def _run_sim(
     )
 
 
+@app.command("serve-sim")
+def serve_sim(
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
+    model_name: Annotated[str, typer.Option(help="Model name served on /v1/models.")] = "sim",
+    speed: Annotated[float, typer.Option(help="Virtual seconds per wall second (>= 1).")] = 1.0,
+    scheduler: Annotated[str, typer.Option(help="vllm, make-room, or a dotted Scheduler subclass.")] = "vllm",
+    policy: Annotated[str, typer.Option(help="vLLM scheduling policy: fcfs or priority.")] = "priority",
+    profile: Annotated[str, typer.Option(help="Step-time profile: a shipped name or a JSON file.")] = "",
+    kv_tokens: Annotated[int, typer.Option(help="KV capacity in tokens (default: the profile's).")] = 0,
+    max_num_batched_tokens: Annotated[int, typer.Option(help="vLLM's token budget per step.")] = 512,
+    max_model_len: Annotated[int, typer.Option(help="vLLM's max model length (0: min(32768, KV)).")] = 0,
+    make_room: Annotated[str, typer.Option(help="make-room settings as JSON.")] = "",
+    seed: Annotated[int, typer.Option(help="Seed for token ids.")] = 0,
+) -> None:
+    """The simulated engine behind a real OpenAI-compatible server (wall-clock time, vLLM's /metrics)."""
+    from flatshare.sim.config import EngineConfig
+    from flatshare.sim.profile import DEFAULT_PROFILE, load_profile
+
+    try:
+        step_profile = load_profile(profile or DEFAULT_PROFILE)
+        kv = kv_tokens or step_profile.default_kv_tokens
+        additional = {"make_room": _parse_json(make_room, "--make-room")} if make_room else {}
+        config = EngineConfig(
+            kv_tokens=kv,
+            max_num_batched_tokens=max_num_batched_tokens,
+            policy=policy,
+            max_model_len=max_model_len or min(32768, kv),
+            scheduler=scheduler,
+            additional_config=additional,
+        )
+        if speed < 1:
+            raise InputError("--speed must be >= 1")
+    except InputError as exc:
+        _fail(str(exc))
+    from flatshare.serve.server import serve_sim_main
+
+    serve_sim_main(port, host, config, step_profile, seed, model_name=model_name, speed=speed)
+
+
 @app.command()
 def demo(
     out: Annotated[Path, typer.Option(help="Output folder for each case's records.")] = Path("out/demo"),
@@ -124,7 +164,7 @@ def demo(
     from flatshare.sim.profile import DEFAULT_PROFILE, load_profile
 
     step_profile = load_profile(profile or DEFAULT_PROFILE)
-    make_room = {"make_room": {"enabled": True, "window_tokens": 48}}
+    make_room: dict[str, object] = {"make_room": {"enabled": True, "window_tokens": 48}}
     cases = [
         DemoCase("roomy-cache-vllm", 40960, "vllm", {}),
         DemoCase("full-cache-vllm", 32400, "vllm", {}),

@@ -1,0 +1,6 @@
+"""`flatshare serve-sim`: the simulated engine behind a real OpenAI-compatible HTTP server, in wall time.
+
+`tokenizer`, `protocol` and `openai_format` are pure Python; `runner`, `metrics`, `app` and `server`
+import vLLM (through `flatshare.sim.engine`), so import them only when serving. The entry point is
+`flatshare.serve.server.serve_sim_main`; tests start the server with `flatshare.serve.background`.
+"""
