@@ -40,44 +40,75 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(code=2)
 
 
+SchedulerOpt = Annotated[str, typer.Option(help="vllm, make-room, or a dotted Scheduler subclass.")]
+PolicyOpt = Annotated[str, typer.Option(help="vLLM scheduling policy: fcfs or priority.")]
+ProfileOpt = Annotated[str, typer.Option(help="Step-time profile: a shipped name or a JSON file.")]
+KvTokensOpt = Annotated[int, typer.Option(help="KV capacity in tokens (0: the profile's).")]
+BatchedOpt = Annotated[int, typer.Option(help="vLLM's token budget per step.")]
+SeqsOpt = Annotated[int, typer.Option(help="vLLM's max running requests.")]
+ModelLenOpt = Annotated[int, typer.Option(help="vLLM's max model length (0: min(32768, KV)).")]
+BlockOpt = Annotated[int, typer.Option(help="KV block size in tokens.")]
+TierOpt = Annotated[int, typer.Option(help="Simulated CPU KV tier capacity in tokens (0: off).")]
+MakeRoomOpt = Annotated[str, typer.Option(help="make-room settings as JSON, e.g. '{\"enabled\": true}'.")]
+SeedOpt = Annotated[int, typer.Option(help="Seed for generated prompt token ids.")]
+
+
+def _engine(
+    profile: str,
+    scheduler: str,
+    policy: str,
+    kv_tokens: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    max_model_len: int,
+    block_size: int,
+    cpu_tier_tokens: int,
+    make_room: str,
+) -> tuple[EngineConfig, StepTimeProfile]:
+    """The engine settings and profile that `sim` and `serve-sim` share (raises InputError)."""
+    from flatshare.sim.config import EngineConfig
+    from flatshare.sim.profile import DEFAULT_PROFILE, load_profile
+
+    step_profile = load_profile(profile or DEFAULT_PROFILE)
+    kv = kv_tokens or step_profile.default_kv_tokens
+    config = EngineConfig(
+        block_size=block_size,
+        kv_tokens=kv,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        policy=policy,
+        max_model_len=max_model_len or min(32768, kv),
+        scheduler=scheduler,
+        additional_config={"make_room": _parse_json(make_room, "--make-room")} if make_room else {},
+        cpu_tier_tokens=cpu_tier_tokens,
+    )
+    return config, step_profile
+
+
 @app.command()
 def sim(
     requests: Annotated[Path, typer.Option(help="Request file, JSONL (see docs/formats.md).")],
     out: Annotated[Path, typer.Option(help="Output folder: requests.jsonl, samples.jsonl, summary.json.")],
-    scheduler: Annotated[str, typer.Option(help="vllm, make-room, or a dotted Scheduler subclass.")] = "vllm",
-    policy: Annotated[str, typer.Option(help="vLLM scheduling policy: fcfs or priority.")] = "priority",
-    profile: Annotated[str, typer.Option(help="Step-time profile: a shipped name or a JSON file.")] = "",
-    kv_tokens: Annotated[int, typer.Option(help="KV capacity in tokens (default: the profile's).")] = 0,
-    max_num_batched_tokens: Annotated[int, typer.Option(help="vLLM's token budget per step.")] = 512,
-    max_num_seqs: Annotated[int, typer.Option(help="vLLM's max running requests.")] = 256,
-    max_model_len: Annotated[int, typer.Option(help="vLLM's max model length (0: min(32768, KV)).")] = 0,
-    block_size: Annotated[int, typer.Option(help="KV block size in tokens.")] = 16,
-    cpu_tier_tokens: Annotated[int, typer.Option(help="Simulated CPU KV tier capacity (0: off).")] = 0,
-    make_room: Annotated[
-        str, typer.Option(help="make-room settings as JSON, e.g. '{\"enabled\": true}'.")
-    ] = "",
-    seed: Annotated[int, typer.Option(help="Seed for generated prompt token ids.")] = 0,
+    scheduler: SchedulerOpt = "vllm",
+    policy: PolicyOpt = "priority",
+    profile: ProfileOpt = "",
+    kv_tokens: KvTokensOpt = 0,
+    max_num_batched_tokens: BatchedOpt = 512,
+    max_num_seqs: SeqsOpt = 256,
+    max_model_len: ModelLenOpt = 0,
+    block_size: BlockOpt = 16,
+    cpu_tier_tokens: TierOpt = 0,
+    make_room: MakeRoomOpt = "",
+    seed: SeedOpt = 0,
 ) -> None:
     """Run requests through vLLM's scheduler on a virtual clock and write per-request records."""
-    from flatshare.sim.config import EngineConfig
-    from flatshare.sim.profile import DEFAULT_PROFILE, load_profile
     from flatshare.sim.requests import load_requests
 
     try:
-        step_profile = load_profile(profile or DEFAULT_PROFILE)
-        additional = {"make_room": _parse_json(make_room, "--make-room")} if make_room else {}
-        kv = kv_tokens or step_profile.default_kv_tokens
-        config = EngineConfig(
-            block_size=block_size,
-            kv_tokens=kv,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
-            policy=policy,
-            max_model_len=max_model_len or min(32768, kv),
-            scheduler=scheduler,
-            additional_config=additional,
-            cpu_tier_tokens=cpu_tier_tokens,
-        )
+        config, step_profile = _engine(
+            profile, scheduler, policy, kv_tokens, max_num_batched_tokens, max_num_seqs,
+            max_model_len, block_size, cpu_tier_tokens, make_room,
+        )  # fmt: skip
         specs = load_requests(requests, config.max_model_len, seed)
         _run_sim(config, step_profile, specs, out, seed)
     except InputError as exc:
@@ -117,31 +148,24 @@ def serve_sim(
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
     model_name: Annotated[str, typer.Option(help="Model name served on /v1/models.")] = "sim",
     speed: Annotated[float, typer.Option(help="Virtual seconds per wall second (>= 1).")] = 1.0,
-    scheduler: Annotated[str, typer.Option(help="vllm, make-room, or a dotted Scheduler subclass.")] = "vllm",
-    policy: Annotated[str, typer.Option(help="vLLM scheduling policy: fcfs or priority.")] = "priority",
-    profile: Annotated[str, typer.Option(help="Step-time profile: a shipped name or a JSON file.")] = "",
-    kv_tokens: Annotated[int, typer.Option(help="KV capacity in tokens (default: the profile's).")] = 0,
-    max_num_batched_tokens: Annotated[int, typer.Option(help="vLLM's token budget per step.")] = 512,
-    max_model_len: Annotated[int, typer.Option(help="vLLM's max model length (0: min(32768, KV)).")] = 0,
-    make_room: Annotated[str, typer.Option(help="make-room settings as JSON.")] = "",
-    seed: Annotated[int, typer.Option(help="Seed for token ids.")] = 0,
+    scheduler: SchedulerOpt = "vllm",
+    policy: PolicyOpt = "priority",
+    profile: ProfileOpt = "",
+    kv_tokens: KvTokensOpt = 0,
+    max_num_batched_tokens: BatchedOpt = 512,
+    max_num_seqs: SeqsOpt = 256,
+    max_model_len: ModelLenOpt = 0,
+    block_size: BlockOpt = 16,
+    cpu_tier_tokens: TierOpt = 0,
+    make_room: MakeRoomOpt = "",
+    seed: SeedOpt = 0,
 ) -> None:
     """The simulated engine behind a real OpenAI-compatible server (wall-clock time, vLLM's /metrics)."""
-    from flatshare.sim.config import EngineConfig
-    from flatshare.sim.profile import DEFAULT_PROFILE, load_profile
-
     try:
-        step_profile = load_profile(profile or DEFAULT_PROFILE)
-        kv = kv_tokens or step_profile.default_kv_tokens
-        additional = {"make_room": _parse_json(make_room, "--make-room")} if make_room else {}
-        config = EngineConfig(
-            kv_tokens=kv,
-            max_num_batched_tokens=max_num_batched_tokens,
-            policy=policy,
-            max_model_len=max_model_len or min(32768, kv),
-            scheduler=scheduler,
-            additional_config=additional,
-        )
+        config, step_profile = _engine(
+            profile, scheduler, policy, kv_tokens, max_num_batched_tokens, max_num_seqs,
+            max_model_len, block_size, cpu_tier_tokens, make_room,
+        )  # fmt: skip
         if speed < 1:
             raise InputError("--speed must be >= 1")
     except InputError as exc:
@@ -193,3 +217,7 @@ def main() -> None:
     except InputError as exc:  # pragma: no cover - commands catch their own
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
