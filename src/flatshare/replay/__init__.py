@@ -1,0 +1,2 @@
+"""Replaying workloads: one record format, a virtual-time driver (the simulator) and a wall-clock
+driver (any OpenAI-compatible endpoint)."""

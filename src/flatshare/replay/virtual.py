@@ -1,0 +1,144 @@
+"""The virtual-time driver: a workload against one or several simulated engines.
+
+Sessions issue their requests by `Session.issue_s` (the previous reply complete, spoken for voice, plus
+the pause). Engines advance in lockstep: the driver always steps the engine whose clock is furthest
+behind, after issuing every request due by then, so a request never arrives in an engine's past by more
+than one step. Which engine serves a request is the `route` function's choice (default: a session stays
+on one engine, so its prefix cache stays warm).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from flatshare.replay.records import ReplayRecord
+from flatshare.sim.engine import SimEngine
+from flatshare.sim.records import EngineSample, RequestRecord
+from flatshare.sim.requests import SimRequest
+from flatshare.workloads.model import Session, Workload, WorkloadRequest
+
+Route = Callable[[WorkloadRequest, Sequence[SimEngine]], int]
+
+
+def sticky_route(request: WorkloadRequest, engines: Sequence[SimEngine]) -> int:
+    """Keep a session on one engine (a stable hash of its id)."""
+    return sum(request.session_id.encode()) % len(engines)
+
+
+@dataclass(frozen=True)
+class VirtualRun:
+    records: list[ReplayRecord]
+    samples: list[tuple[str, EngineSample]]
+    engines: list[SimEngine]
+
+
+class _Issuer:
+    """The heap of sessions' next requests, by issue time."""
+
+    def __init__(self, workload: Workload, until_s: float | None) -> None:
+        self.sessions = {s.id: s for s in workload.sessions}
+        self.until_s = until_s
+        self.heap: list[tuple[float, int, str, int]] = []
+        self.position: dict[str, tuple[str, int]] = {}  # request id -> (session id, index)
+        self._seq = 0
+        for session in workload.sessions:
+            self._push(session, 0, session.issue_s(0))
+
+    def _push(self, session: Session, k: int, t: float) -> None:
+        if k >= len(session.requests) or (self.until_s is not None and t > self.until_s):
+            return
+        heapq.heappush(self.heap, (t, self._seq, session.id, k))
+        self._seq += 1
+
+    def next_time(self) -> float | None:
+        return self.heap[0][0] if self.heap else None
+
+    def pop(self) -> tuple[float, WorkloadRequest]:
+        t, _, session_id, k = heapq.heappop(self.heap)
+        request = self.sessions[session_id].requests[k]
+        self.position[request.id] = (session_id, k)
+        return t, request
+
+    def finished(self, record: RequestRecord, request: WorkloadRequest) -> None:
+        session_id, k = self.position[record.id]
+        session = self.sessions[session_id]
+        if k + 1 >= len(session.requests):
+            return
+        first_sentence = None
+        if request.first_sentence_tokens is not None and record.token_times_s:
+            first_sentence = record.token_times_s[
+                min(request.first_sentence_tokens, len(record.token_times_s)) - 1
+            ]
+        done = record.finish_s if record.finish_s is not None else record.arrival_s
+        self._push(session, k + 1, session.issue_s(k + 1, done, len(record.token_times_s), first_sentence))
+
+
+def run_virtual(
+    workload: Workload,
+    engines: Sequence[SimEngine],
+    route: Route = sticky_route,
+    until_s: float | None = None,
+    on_progress: Callable[[float], None] | None = None,
+) -> VirtualRun:
+    """Replay `workload` on `engines` in virtual time; no request is issued after `until_s`."""
+    issuer = _Issuer(workload, until_s)
+    requests: dict[str, WorkloadRequest] = {}
+    served_by: dict[str, int] = {}
+    while True:
+        busy = [e for e in engines if e.has_work()]
+        clock = min((e.now for e in busy), default=None)
+        due = issuer.next_time()
+        if due is not None and (clock is None or due <= clock):
+            t, request = issuer.pop()
+            index = route(request, engines)
+            requests[request.id], served_by[request.id] = request, index
+            engine = engines[index]
+            sim_request = SimRequest(
+                request.id, t, request.prompt_token_ids, request.max_tokens, request.priority, request.cls
+            )
+            engine.submit(sim_request)
+            continue
+        if clock is None:
+            break
+        engine = min(busy, key=lambda e: e.now)
+        report = engine.step()
+        if report is None:
+            continue
+        for request_id in report.finished:
+            issuer.finished(engine.records[request_id], requests[request_id])
+        if on_progress is not None:
+            on_progress(engine.now)
+    return VirtualRun(_records(engines, requests, served_by), _samples(engines), list(engines))
+
+
+def _records(
+    engines: Sequence[SimEngine], requests: dict[str, WorkloadRequest], served_by: dict[str, int]
+) -> list[ReplayRecord]:
+    out = []
+    for request_id, request in requests.items():
+        record = engines[served_by[request_id]].records[request_id]
+        out.append(
+            ReplayRecord(
+                id=request.id,
+                session_id=request.session_id,
+                cls=request.cls,
+                priority=request.priority,
+                prompt_tokens=request.prompt_tokens,
+                max_tokens=request.max_tokens,
+                engine=f"sim{served_by[request_id]}",
+                send_s=record.arrival_s,
+                first_sentence_tokens=request.first_sentence_tokens,
+                token_times_s=list(record.token_times_s),
+                end_s=record.finish_s,
+                finish_reason="length" if record.status == "finished" else None,
+                status="ok" if record.status == "finished" else "failed",
+                error=None if record.status == "finished" else f"engine status {record.status}",
+            )
+        )
+    return sorted(out, key=lambda r: (r.send_s, r.id))
+
+
+def _samples(engines: Sequence[SimEngine]) -> list[tuple[str, EngineSample]]:
+    return [(f"sim{i}", s) for i, e in enumerate(engines) for s in e.samples]

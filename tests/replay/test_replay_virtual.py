@@ -1,0 +1,58 @@
+"""The virtual-time driver: dependent sessions, several engines, records that pass the schema."""
+
+from __future__ import annotations
+
+import pytest
+
+from flatshare.replay.records import ReplayRecord, schema_problems
+from flatshare.replay.virtual import run_virtual
+from flatshare.sim.config import EngineConfig
+from flatshare.sim.engine import SimEngine
+from flatshare.sim.profile import load_profile
+from flatshare.workloads.spec import parse_spec
+
+pytestmark = pytest.mark.vllm
+
+
+def _engines(n: int, **config: object) -> list[SimEngine]:
+    return [SimEngine(EngineConfig(**config), load_profile()) for _ in range(n)]  # type: ignore[arg-type]
+
+
+def test_sessions_issue_each_request_after_the_previous_reply() -> None:
+    workload = parse_spec("voice-agents:callers=2,agents=3,duration=120", seed=1, max_model_len=32768)
+    run = run_virtual(workload, _engines(1), until_s=120)
+    by_session: dict[str, list[ReplayRecord]] = {}
+    for record in run.records:
+        by_session.setdefault(record.session_id, []).append(record)
+    assert len(by_session) == 5
+    for records in by_session.values():
+        records.sort(key=lambda r: r.send_s)
+        for prev, nxt in zip(records, records[1:], strict=False):
+            assert prev.end_s is not None and nxt.send_s >= prev.end_s
+    for record in run.records:
+        assert schema_problems(record.to_json()) == []
+        assert record.status == "ok" and len(record.token_times_s) == record.max_tokens
+
+
+def test_same_workload_and_seed_give_identical_records() -> None:
+    workload = parse_spec("voice-agents:callers=1,agents=2,duration=60", seed=3, max_model_len=32768)
+    first = [r.to_json() for r in run_virtual(workload, _engines(1), until_s=60).records]
+    second = [r.to_json() for r in run_virtual(workload, _engines(1), until_s=60).records]
+    assert first == second
+
+
+def test_requests_spread_over_several_engines_by_route() -> None:
+    workload = parse_spec("long-short:long=20000,shorts=10", seed=0, max_model_len=32768)
+    run = run_virtual(workload, _engines(2), route=lambda request, engines: 1 if request.cls == "long" else 0)
+    engines = {r.cls: {x.engine for x in run.records if x.cls == r.cls} for r in run.records}
+    assert engines["long"] == {"sim1"} and engines["short"] == {"sim0"}
+    assert {name for name, _ in run.samples} == {"sim0", "sim1"}
+
+
+def test_schema_check_catches_a_broken_record() -> None:
+    workload = parse_spec("long-short:long=2000,shorts=2", seed=0, max_model_len=32768)
+    good = run_virtual(workload, _engines(1)).records[0].to_json()
+    assert schema_problems(good) == []
+    assert schema_problems({**good, "status": "fine"})
+    assert schema_problems({**good, "token_times_s": [3.0, 2.0], "output_tokens": 2})
+    assert schema_problems({k: v for k, v in good.items() if k != "send_s"}) == ["field 'send_s': missing"]
