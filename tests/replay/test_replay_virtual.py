@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from flatshare.replay.records import ReplayRecord, schema_problems
@@ -27,7 +29,7 @@ def test_sessions_issue_each_request_after_the_previous_reply() -> None:
     assert len(by_session) == 5
     for records in by_session.values():
         records.sort(key=lambda r: r.send_s)
-        for prev, nxt in zip(records, records[1:], strict=False):
+        for prev, nxt in itertools.pairwise(records):
             assert prev.end_s is not None and nxt.send_s >= prev.end_s
     for record in run.records:
         assert schema_problems(record.to_json()) == []
