@@ -1,11 +1,11 @@
 # flatshare: two commands for a newcomer.
-#   make demo   set up .venv and run the main job on the simulated engine
+#   make demo   set up .venv and run the main job (the co-location experiment, quick) on the simulated engine
 #   make test   set up .venv and run ruff, mypy and the tests
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-OUT    ?= out/demo
+OUT    ?= out/colocation
 
 .PHONY: venv demo test lint typecheck pytest clean
 
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/flatshare demo --out $(OUT)
+	$(BIN)/flatshare experiment colocation --quick --out $(OUT)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

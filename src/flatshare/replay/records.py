@@ -20,6 +20,7 @@ seconds for a real endpoint):
 | `finish_reason` | str or null | `length`, `stop`, `abort`, ... |
 | `status` | str | `ok`, `failed` (error, timeout, cut short) or `refused` (4xx/5xx before any token) |
 | `error` | str or null | what went wrong |
+| `first_scheduled_s` | float or null, optional | simulator only: start of the first step that gave it tokens |
 
 Analysis counts a `failed` or `refused` voice turn as a 30 s turn; it never drops it.
 """
@@ -55,6 +56,7 @@ class ReplayRecord:
     finish_reason: str | None = None
     status: str = "ok"
     error: str | None = None
+    first_scheduled_s: float | None = None
 
     @property
     def first_token_s(self) -> float | None:

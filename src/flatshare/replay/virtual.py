@@ -81,13 +81,15 @@ def run_virtual(
     route: Route = sticky_route,
     until_s: float | None = None,
     on_progress: Callable[[float], None] | None = None,
+    stop_s: float | None = None,
 ) -> VirtualRun:
-    """Replay `workload` on `engines` in virtual time; no request is issued after `until_s`."""
+    """Replay `workload` on `engines` in virtual time; no request is issued after `until_s`, and no engine
+    steps past `stop_s` (requests unfinished then are recorded as failed: "run ended")."""
     issuer = _Issuer(workload, until_s)
     requests: dict[str, WorkloadRequest] = {}
     served_by: dict[str, int] = {}
     while True:
-        busy = [e for e in engines if e.has_work()]
+        busy = [e for e in engines if e.has_work() and (stop_s is None or e.now < stop_s)]
         clock = min((e.now for e in busy), default=None)
         due = issuer.next_time()
         if due is not None and (clock is None or due <= clock):
@@ -131,10 +133,11 @@ def _records(
                 send_s=record.arrival_s,
                 first_sentence_tokens=request.first_sentence_tokens,
                 token_times_s=list(record.token_times_s),
-                end_s=record.finish_s,
+                end_s=record.finish_s if record.finish_s is not None else engines[served_by[request_id]].now,
                 finish_reason="length" if record.status == "finished" else None,
                 status="ok" if record.status == "finished" else "failed",
-                error=None if record.status == "finished" else f"engine status {record.status}",
+                error=None if record.status == "finished" else "run ended before the reply",
+                first_scheduled_s=record.first_scheduled_s,
             )
         )
     return sorted(out, key=lambda r: (r.send_s, r.id))

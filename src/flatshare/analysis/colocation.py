@@ -1,0 +1,155 @@
+"""Summary of a co-location experiment, computed from saved runs only.
+
+`summary.json` schema (version 1): `version`, `target_s` and `conditions` for the first (smallest)
+caller count, and `by_callers.<n>` with `target_s` and `conditions` for each caller count. Under
+`conditions.<key>`: `n_runs`, `n_voice_turns`, `voice_failed_turns`, `voice_turn_p50_s`,
+`voice_turn_p95_s`, `voice_turn_p95_ci` ([low, high], 95% bootstrap over turns), `voice_turn_p99_s`,
+`voice_over_target_frac`, `voice_ttft_mean_s`, `voice_first_sentence_mean_s` (send to end of first
+sentence), `stage_waiting_mean_s`, `stage_prefill_mean_s`, `stage_first_sentence_mean_s`,
+`first_sentence_gap_p50_s`, `first_sentence_gap_p95_s`, `agent_tokens_per_s` (agent output tokens
+inside the run's duration per second, mean over seeds), `agent_throughput_ratio` (to `vllm-priority`),
+`agent_throughput_ratio_alone` (to `agents-alone`), `agent_ttft_p95_s`, `agent_ttft_max_s`,
+`preemptions` (mean per run), `make_room` (counters, mean per run), `per_seed_voice_p95_s`,
+`paired_vs_vllm_priority` (`mean_difference_s`, `t`, `p_value`, `n`), `nth_token_median_s` (median
+time from send to the n-th output token, n = 1..40, over replies at least n long). Voice turns count
+a failed or refused turn as 30 s (see `flatshare.analysis.voice`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from flatshare.analysis.stats import bootstrap_ci, paired_ttest, percentile
+from flatshare.analysis.voice import VoicePipeline, turn_stages
+from flatshare.experiments.runs import SavedRun
+
+SUMMARY_VERSION = 1
+TARGET_MARGIN_S = 0.25
+BASELINE = "vllm-priority"
+NTH_TOKENS = 40
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(float(value), digits)
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _agent_rate(run: SavedRun) -> float:
+    duration = float(run.engine["duration_s"])
+    tokens = sum(1 for r in run.records if r.cls == "agent" for t in r.token_times_s if t <= duration)
+    return tokens / duration
+
+
+def _nth_token(voice: list[Any]) -> list[float | None]:
+    out: list[float | None] = []
+    for n in range(1, NTH_TOKENS + 1):
+        times = [
+            r.token_times_s[n - 1] - r.send_s for r in voice if r.status == "ok" and len(r.token_times_s) >= n
+        ]
+        out.append(_round(statistics.median(times)) if times else None)
+    return out
+
+
+def condition_metrics(runs: list[SavedRun], target_s: float, pipeline: VoicePipeline) -> dict[str, Any]:
+    """Metrics of one condition at one caller count, pooled over its seeds."""
+    voice = [r for run in runs for r in run.records if r.cls == "voice"]
+    agents = [r for run in runs for r in run.records if r.cls == "agent"]
+    turns = [pipeline.turn_latency(r) for r in voice]
+    stages = [s for s in (turn_stages(r) for r in voice) if s is not None]
+    gaps = [g for s in stages for g in s.gaps_s]
+    ci = bootstrap_ci(turns) if turns else None
+    agent_ttfts = [r.ttft_s for r in agents if r.ttft_s is not None]
+    counters: dict[str, list[int]] = defaultdict(list)
+    for run in runs:
+        for key, value in run.engine.get("scheduler_counters", {}).items():
+            counters[key].append(value)
+    return {
+        "n_runs": len(runs),
+        "n_voice_turns": len(voice),
+        "voice_failed_turns": sum(r.status != "ok" for r in voice),
+        "voice_turn_p50_s": _round(percentile(turns, 50)),
+        "voice_turn_p95_s": _round(percentile(turns, 95)),
+        "voice_turn_p95_ci": [_round(ci.low), _round(ci.high)] if ci else None,
+        "voice_turn_p99_s": _round(percentile(turns, 99)),
+        "voice_over_target_frac": _round(sum(t > target_s for t in turns) / len(turns)) if turns else None,
+        "voice_ttft_mean_s": _round(_mean([r.ttft_s for r in voice if r.ttft_s is not None])),
+        "voice_first_sentence_mean_s": _round(
+            _mean([r.first_sentence_s - r.send_s for r in voice if r.first_sentence_s is not None])
+        ),
+        "stage_waiting_mean_s": _round(_mean([s.waiting_s for s in stages])),
+        "stage_prefill_mean_s": _round(_mean([s.prefill_s for s in stages])),
+        "stage_first_sentence_mean_s": _round(_mean([s.first_sentence_s for s in stages])),
+        "first_sentence_gap_p50_s": _round(percentile(gaps, 50)),
+        "first_sentence_gap_p95_s": _round(percentile(gaps, 95)),
+        "agent_tokens_per_s": _round(_mean([_agent_rate(run) for run in runs]) if agents else None),
+        "agent_ttft_p95_s": _round(percentile(agent_ttfts, 95)),
+        "agent_ttft_max_s": _round(max(agent_ttfts) if agent_ttfts else None),
+        "preemptions": _round(_mean([float(run.engine["preemptions"]) for run in runs]), 2),
+        "make_room": {k: _round(statistics.fmean(v), 2) for k, v in sorted(counters.items())},
+        "per_seed_voice_p95_s": [
+            _round(percentile([pipeline.turn_latency(r) for r in run.records if r.cls == "voice"], 95))
+            for run in sorted(runs, key=lambda run: run.seed)
+        ],
+        "nth_token_median_s": _nth_token(voice),
+    }
+
+
+def _add_comparisons(conditions: dict[str, dict[str, Any]]) -> None:
+    base = conditions.get(BASELINE, {})
+    alone = conditions.get("agents-alone", {})
+    for metrics in conditions.values():
+        rate = metrics["agent_tokens_per_s"]
+        for key, ref in (("agent_throughput_ratio", base), ("agent_throughput_ratio_alone", alone)):
+            ref_rate = ref.get("agent_tokens_per_s")
+            metrics[key] = _round(rate / ref_rate) if rate is not None and ref_rate else None
+        seeds, base_seeds = metrics["per_seed_voice_p95_s"], base.get("per_seed_voice_p95_s")
+        paired = None
+        if base_seeds and len(seeds) == len(base_seeds) and None not in seeds + base_seeds:
+            test = paired_ttest(seeds, base_seeds)
+            paired = {
+                "mean_difference_s": _round(test.mean_difference),
+                "t": _round(test.t),
+                "p_value": _round(test.p_value, 6),
+                "n": test.n,
+            }
+        metrics["paired_vs_vllm_priority"] = paired
+
+
+def summarize(runs: list[SavedRun], pipeline: VoicePipeline | None = None) -> dict[str, Any]:
+    """The whole summary (see the module docstring) from saved runs."""
+    pipeline = pipeline or VoicePipeline()
+    grouped: dict[int, dict[str, list[SavedRun]]] = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        grouped[run.callers][run.condition].append(run)
+    if not grouped:
+        raise ValueError("no saved runs")
+    first_callers = min(grouped)
+    shared = grouped[first_callers].get("agents-alone", [])
+    by_callers: dict[str, Any] = {}
+    for callers, conditions in sorted(grouped.items()):
+        if shared and "agents-alone" not in conditions:
+            conditions["agents-alone"] = shared
+        alone = conditions.get("alone")
+        if not alone:
+            raise ValueError(f"callers={callers}: the 'alone' condition is needed to set the target")
+        alone_turns = [pipeline.turn_latency(r) for run in alone for r in run.records if r.cls == "voice"]
+        target = float(np.percentile(alone_turns, 95)) + TARGET_MARGIN_S
+        metrics = {key: condition_metrics(rs, target, pipeline) for key, rs in sorted(conditions.items())}
+        _add_comparisons(metrics)
+        by_callers[str(callers)] = {"target_s": _round(target), "conditions": metrics}
+    first = by_callers[str(first_callers)]
+    return {
+        "version": SUMMARY_VERSION,
+        "voice_pipeline_fixed_s": pipeline.fixed_s,
+        "target_s": first["target_s"],
+        "conditions": first["conditions"],
+        "callers": sorted(grouped),
+        "by_callers": by_callers,
+    }

@@ -1,0 +1,160 @@
+"""Figures of a co-location experiment (matplotlib, PNG), drawn from the summary and saved runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from flatshare.analysis.voice import VoicePipeline
+from flatshare.experiments.runs import SavedRun
+
+MAIN_ORDER = (
+    "alone",
+    "vllm-fcfs",
+    "vllm-priority",
+    "make-room-preempt",
+    "make-room-t16",
+    "make-room-t48",
+    "make-room-t48-decode",
+    "vllm-priority-256",
+    "make-room-t48-256",
+)
+SWEEP: tuple[tuple[int, str], ...] = (
+    (0, "make-room-preempt"),
+    *tuple((t, f"make-room-t{t}") for t in (8, 16, 24, 32, 48, 64)),
+)
+
+
+def _present(conditions: dict[str, Any]) -> list[str]:
+    return [key for key in MAIN_ORDER if key in conditions]
+
+
+def tail_figure(summary: dict[str, Any], path: Path) -> None:
+    """p95 turn latency per condition with its CI and the target, one panel per caller count."""
+    by_callers = summary["by_callers"]
+    fig, axes = plt.subplots(1, len(by_callers), figsize=(5 * len(by_callers), 4.2), squeeze=False)
+    for ax, (callers, block) in zip(axes[0], by_callers.items(), strict=True):
+        keys = _present(block["conditions"])
+        p95 = [block["conditions"][k]["voice_turn_p95_s"] for k in keys]
+        ci = [block["conditions"][k]["voice_turn_p95_ci"] or [v, v] for k, v in zip(keys, p95, strict=True)]
+        err = np.array(
+            [
+                [v - lo for v, (lo, _) in zip(p95, ci, strict=True)],
+                [hi - v for v, (_, hi) in zip(p95, ci, strict=True)],
+            ]
+        )
+        ax.bar(range(len(keys)), p95, yerr=err, capsize=3, color="#4c72b0")
+        ax.axhline(
+            block["target_s"], color="#c44e52", linestyle="--", label=f"target {block['target_s']:.2f} s"
+        )
+        ax.set_xticks(range(len(keys)), keys, rotation=60, ha="right", fontsize=8)
+        ax.set_ylabel("voice turn p95 (s)")
+        ax.set_title(f"{callers} callers")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def sweep_figure(summary: dict[str, Any], path: Path) -> None:
+    """Time to the n-th token of a reply for each window T, and to the 40th token against T."""
+    conditions = summary["conditions"]
+    points = [(t, conditions[key]["nth_token_median_s"]) for t, key in SWEEP if key in conditions]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for t, series in points:
+        xs = [n for n, v in enumerate(series, start=1) if v is not None]
+        left.plot(xs, [v for v in series if v is not None], label=f"T={t}")
+    left.set_xlabel("n-th output token")
+    left.set_ylabel("median time from send (s)")
+    left.legend(fontsize=8)
+    fortieth = [(t, s[-1]) for t, s in points if s[-1] is not None]
+    right.plot([t for t, _ in fortieth], [v for _, v in fortieth], marker="o")
+    right.set_xlabel("window T (tokens)")
+    right.set_ylabel("time to the 40th token (s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def stages_figure(summary: dict[str, Any], path: Path) -> None:
+    """Mean engine stages of a voice turn per condition."""
+    conditions = summary["conditions"]
+    keys = _present(conditions)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    bottom = np.zeros(len(keys))
+    for field, label in (
+        ("stage_waiting_mean_s", "waiting for memory/budget"),
+        ("stage_prefill_mean_s", "prefill"),
+        ("stage_first_sentence_mean_s", "decoding the first sentence"),
+    ):
+        values = np.array([conditions[k][field] or 0.0 for k in keys])
+        ax.bar(range(len(keys)), values, bottom=bottom, label=label)
+        bottom += values
+    ax.set_xticks(range(len(keys)), keys, rotation=60, ha="right", fontsize=8)
+    ax.set_ylabel("seconds (mean)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def cdf_figure(runs: list[SavedRun], summary: dict[str, Any], pipeline: VoicePipeline, path: Path) -> None:
+    callers = summary["callers"][0]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key in _present(summary["conditions"]):
+        turns = sorted(
+            pipeline.turn_latency(r)
+            for run in runs
+            if run.condition == key and run.callers == callers
+            for r in run.records
+            if r.cls == "voice"
+        )
+        if turns:
+            ax.plot(turns, np.arange(1, len(turns) + 1) / len(turns), label=key)
+    ax.axvline(summary["target_s"], color="#c44e52", linestyle="--")
+    ax.set_xscale("log")
+    ax.set_xlabel("voice turn latency (s)")
+    ax.set_ylabel("fraction of turns")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def kv_figure(runs: list[SavedRun], summary: dict[str, Any], path: Path, window_tokens: int = 48) -> None:
+    """KV use over time, preemptions marked, protected reply windows shaded (first run of each)."""
+    callers = summary["callers"][0]
+    shown = [k for k in ("vllm-priority", "make-room-t48") if k in summary["conditions"]]
+    fig, axes = plt.subplots(
+        len(shown), 1, figsize=(10, 2.6 * max(len(shown), 1)), squeeze=False, sharex=True
+    )
+    for ax, key in zip(axes[:, 0], shown, strict=True):
+        run = min((r for r in runs if r.condition == key and r.callers == callers), key=lambda r: r.seed)
+        t = [s["t"] for s in run.samples]
+        ax.plot(t, [s["kv_usage"] for s in run.samples], lw=0.8)
+        pre = [
+            b["t"]
+            for a, b in zip(run.samples, run.samples[1:], strict=False)
+            if b["preemptions_total"] > a["preemptions_total"]
+        ]
+        ax.vlines(pre, 0, 1.05, color="#c44e52", lw=0.8, label="preemption")
+        for r in run.records:
+            if r.cls == "voice" and r.token_times_s:
+                end = r.token_times_s[min(window_tokens, len(r.token_times_s)) - 1]
+                ax.axvspan(r.send_s, end, color="#55a868", alpha=0.25, lw=0)
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("KV use")
+        ax.set_title(
+            f"{key}, {callers} callers, seed {run.seed} (green: voice replies' first {window_tokens} tokens)",
+            fontsize=9,
+        )
+    axes[-1, 0].set_xlabel("virtual seconds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,138 @@
+"""`report.md` for a co-location experiment, and rebuilding summary + report + figures from saved runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from flatshare.analysis import figures
+from flatshare.analysis.colocation import BASELINE, summarize
+from flatshare.analysis.voice import VoicePipeline
+from flatshare.experiments.runs import load_runs
+
+GOAL_OVER_TARGET = 0.02
+GOAL_THROUGHPUT = 0.97
+COLUMNS = (
+    ("voice_turn_p50_s", "turn p50 s"),
+    ("voice_turn_p95_s", "turn p95 s"),
+    ("voice_turn_p99_s", "turn p99 s"),
+    ("voice_over_target_frac", "over target"),
+    ("voice_failed_turns", "failed"),
+    ("voice_ttft_mean_s", "TTFT mean s"),
+    ("voice_first_sentence_mean_s", "1st sentence mean s"),
+    ("first_sentence_gap_p50_s", "gap p50 s"),
+    ("agent_tokens_per_s", "agent tok/s"),
+    ("agent_throughput_ratio", "agent vs priority"),
+    ("agent_ttft_max_s", "agent TTFT max s"),
+    ("preemptions", "preemptions"),
+)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def _table(conditions: dict[str, Any]) -> list[str]:
+    lines = ["| condition | " + " | ".join(label for _, label in COLUMNS) + " | p95 95% CI | p vs priority |"]
+    lines.append("|---" * (len(COLUMNS) + 3) + "|")
+    order = [*figures.MAIN_ORDER, "agents-alone", *(key for _, key in figures.SWEEP)]
+    keys = sorted(conditions, key=lambda k: (order.index(k) if k in order else len(order), k))
+    for key in keys:
+        m = conditions[key]
+        ci = m["voice_turn_p95_ci"]
+        paired = m.get("paired_vs_vllm_priority") or {}
+        cells = [_cell(m[field]) for field, _ in COLUMNS]
+        ci_cell = f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else "-"
+        lines.append(f"| {key} | " + " | ".join(cells) + f" | {ci_cell} | {_cell(paired.get('p_value'))} |")
+    return lines
+
+
+def _goal(summary: dict[str, Any]) -> list[str]:
+    lines = [
+        f"Goal: the best make-room variant keeps the voice p95 within the target, with at most "
+        f"{GOAL_OVER_TARGET:.0%} of turns over it, at every caller count, while agents keep at least "
+        f"{GOAL_THROUGHPUT:.0%} of their `{BASELINE}` throughput.",
+        "",
+    ]
+    for callers, block in summary["by_callers"].items():
+        target = block["target_s"]
+        candidates = {
+            k: m for k, m in block["conditions"].items() if k.startswith("make-room") and m["n_voice_turns"]
+        }
+        if not candidates:
+            continue
+        best_key = min(candidates, key=lambda k: candidates[k]["voice_turn_p95_s"])
+        m = candidates[best_key]
+        met = (
+            m["voice_turn_p95_s"] <= target
+            and m["voice_over_target_frac"] <= GOAL_OVER_TARGET
+            and (m["agent_throughput_ratio"] or 0) >= GOAL_THROUGHPUT
+        )
+        lines.append(
+            f"- {callers} callers: best `{best_key}`: p95 {m['voice_turn_p95_s']:.2f} s against target "
+            f"{target:.2f} s, {m['voice_over_target_frac']:.1%} over, agents at "
+            f"{_cell(m['agent_throughput_ratio'])} of `{BASELINE}`: **{'met' if met else 'not met'}**."
+        )
+    return lines
+
+
+def write_report(out: Path, summary: dict[str, Any], plan_line: str) -> None:
+    lines = ["# Co-location: a voice agent beside coding agents (simulated engine)", "", plan_line, ""]
+    lines += [
+        f"Target = `alone` turn p95 + 0.25 s. Turn latency = {summary['voice_pipeline_fixed_s']:.2f} s of fixed "
+        "voice pipeline + the engine's time to the end of the first sentence; failed turns count as 30 s.",
+        "",
+    ]
+    lines += [*_goal(summary), ""]
+    for callers, block in summary["by_callers"].items():
+        lines += [
+            f"## {callers} callers (target {block['target_s']:.2f} s)",
+            "",
+            *_table(block["conditions"]),
+            "",
+        ]
+    lines += [
+        "## Figures",
+        "",
+        "![tail per condition](tail.png)",
+        "",
+        "![window sweep](window_sweep.png)",
+        "",
+        "![stages](stages.png)",
+        "",
+        "![turn latency CDF](cdf.png)",
+        "",
+        "![KV use](kv.png)",
+        "",
+        "Counters (mean per run) show which mechanism fired: "
+        + ", ".join(
+            f"`{k}`: {m['make_room'].get('preemptions_for_waiting', 0)} preemptions for waiting, "
+            f"{m['make_room'].get('hold_steps', 0)} hold steps"
+            for k, m in summary["conditions"].items()
+            if m["make_room"]
+        )
+        + ".",
+    ]
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+
+
+def build_report(out: Path) -> dict[str, Any]:
+    """(Re)build summary.json, report.md and the figures from `out/runs` alone."""
+    runs = load_runs(out)
+    pipeline = VoicePipeline()
+    summary = summarize(runs, pipeline)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    figures.tail_figure(summary, out / "tail.png")
+    figures.sweep_figure(summary, out / "window_sweep.png")
+    figures.stages_figure(summary, out / "stages.png")
+    figures.cdf_figure(runs, summary, pipeline, out / "cdf.png")
+    figures.kv_figure(runs, summary, out / "kv.png")
+    seeds = len({r.seed for r in runs})
+    plan_line = f"{len(runs)} runs: caller counts {summary['callers']}, {seeds} seeds per condition."
+    write_report(out, summary, plan_line)
+    return summary

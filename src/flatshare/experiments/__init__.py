@@ -1,0 +1,1 @@
+"""Experiments: grids of conditions x seeds run on the simulated engine, saved as raw records."""

@@ -1,0 +1,69 @@
+"""The co-location summary from hand-made saved runs: target, failed turns, throughput ratios."""
+
+from __future__ import annotations
+
+import pytest
+
+from flatshare.analysis.colocation import summarize
+from flatshare.analysis.voice import VoicePipeline
+from flatshare.experiments.runs import SavedRun
+from flatshare.replay.records import ReplayRecord
+
+
+def voice(i: int, send: float, first_sentence_after: float | None, status: str = "ok") -> ReplayRecord:
+    times = [] if first_sentence_after is None else [send + first_sentence_after * k / 3 for k in (1, 2, 3)]
+    return ReplayRecord(
+        f"v{i}",
+        "call",
+        "voice",
+        0,
+        100,
+        3,
+        "sim0",
+        send,
+        3,
+        times,
+        times[-1] if times else send,
+        "length",
+        status,
+    )
+
+
+def agent(i: int, tokens: int, duration: float) -> ReplayRecord:
+    times = [duration * (k + 1) / (tokens + 1) for k in range(tokens)]
+    return ReplayRecord(
+        f"a{i}", "agent", "agent", 10, 1000, tokens, "sim0", 0.0, None, times, times[-1], "length"
+    )
+
+
+def run(condition: str, records: list[ReplayRecord], seed: int = 0) -> SavedRun:
+    return SavedRun(
+        condition, 2, seed, records, [], {"duration_s": 100.0, "preemptions": 1, "scheduler_counters": {}}
+    )
+
+
+def test_target_failed_turns_and_throughput() -> None:
+    pipeline = VoicePipeline()
+    alone = run("alone", [voice(i, 10.0 * i, 0.3) for i in range(10)])
+    priority = run(
+        "vllm-priority",
+        [voice(i, 10.0 * i, 4.0) for i in range(9)] + [voice(9, 90, None, "failed"), agent(0, 1000, 100.0)],
+    )
+    best = run("make-room-t48", [voice(i, 10.0 * i, 0.35) for i in range(10)] + [agent(0, 980, 100.0)])
+    agents = run("agents-alone", [agent(0, 1000, 100.0)])
+    summary = summarize([alone, priority, best, agents], pipeline)
+    assert summary["target_s"] == pytest.approx(pipeline.fixed_s + 0.3 + 0.25)
+    p = summary["conditions"]["vllm-priority"]
+    assert p["voice_failed_turns"] == 1
+    assert p["voice_turn_p99_s"] > 20  # the failed turn counts as 30 s, not dropped
+    assert p["voice_over_target_frac"] == 1.0
+    m = summary["conditions"]["make-room-t48"]
+    assert m["voice_over_target_frac"] == 0.0
+    assert m["agent_throughput_ratio"] == pytest.approx(0.98, abs=1e-3)
+    assert m["agent_throughput_ratio_alone"] == pytest.approx(0.98, abs=1e-3)
+    assert m["nth_token_median_s"][0] == pytest.approx(0.35 / 3, abs=1e-3)
+
+
+def test_summary_needs_the_alone_condition() -> None:
+    with pytest.raises(ValueError, match="alone"):
+        summarize([run("vllm-priority", [voice(0, 0.0, 1.0)])])

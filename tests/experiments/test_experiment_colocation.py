@@ -1,0 +1,57 @@
+"""The co-location experiment end to end on a small plan, and `flatshare report` rebuilding it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from flatshare.analysis.report import build_report
+from flatshare.cli import app
+from flatshare.experiments.colocation import MAIN_CONDITIONS, ColocationPlan, run_plan
+
+pytestmark = pytest.mark.vllm
+
+KEYS = ("alone", "agents-alone", "vllm-priority", "make-room-preempt", "make-room-t48")
+
+
+def test_small_plan_writes_summary_report_and_figures_and_rebuilds_identically(tmp_path: Path) -> None:
+    conditions = tuple(c for c in MAIN_CONDITIONS if c.key in KEYS)
+    plan = ColocationPlan(
+        callers=(2,), agents=4, seeds=2, duration_s=90.0, drain_s=30.0, conditions=conditions, workers=1
+    )
+    run_plan(tmp_path, plan)
+    summary = build_report(tmp_path)
+    for name in (
+        "summary.json",
+        "report.md",
+        "tail.png",
+        "window_sweep.png",
+        "stages.png",
+        "cdf.png",
+        "kv.png",
+    ):
+        assert (tmp_path / name).stat().st_size > 0
+    for key in KEYS:
+        m = summary["conditions"][key]
+        for field in ("voice_turn_p50_s", "voice_turn_p95_s", "voice_over_target_frac", "voice_failed_turns",
+                      "voice_ttft_mean_s", "voice_first_sentence_mean_s", "agent_tokens_per_s",
+                      "agent_throughput_ratio", "agent_ttft_max_s", "preemptions", "n_voice_turns"):  # fmt: skip
+            assert field in m
+    assert summary["conditions"]["alone"]["n_voice_turns"] > 0
+    assert summary["conditions"]["agents-alone"]["agent_tokens_per_s"] > 0
+    assert summary["target_s"] > 1.0
+    assert summary["conditions"]["make-room-t48"]["make_room"]["hold_steps"] > 0
+    before = (tmp_path / "summary.json").read_bytes()
+    result = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "summary.json").read_bytes() == before
+    assert json.loads(before)["version"] == 1
+
+
+def test_report_on_a_folder_without_runs_is_a_clear_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "no runs/ folder" in result.output
