@@ -190,6 +190,9 @@ def experiment_colocation(
     agents: Annotated[int, typer.Option(help="Coding-agent sessions beside the voice agent.")] = 24,
     seeds: Annotated[int, typer.Option(help="Seeds per condition (at least 5 for the full run).")] = 5,
     duration: Annotated[float, typer.Option(help="Virtual seconds per run.")] = 600.0,
+    max_model_len: Annotated[
+        int, typer.Option(help="Engine max model length; agent contexts end there.")
+    ] = 16384,
     workers: Annotated[int, typer.Option(help="Processes running in parallel (0: one per core, max 2).")] = 0,
 ) -> None:
     """A voice agent beside coding agents under vLLM's stock scheduler and make-room variants."""
@@ -203,7 +206,9 @@ def experiment_colocation(
             plan = QUICK
         else:
             counts = tuple(int(c) for c in callers.split(","))
-            plan = ColocationPlan(callers=counts, agents=agents, seeds=seeds, duration_s=duration)
+            plan = ColocationPlan(
+                callers=counts, agents=agents, seeds=seeds, duration_s=duration, max_model_len=max_model_len
+            )
         if workers:
             plan = dataclasses.replace(plan, workers=workers)
     except ValueError as exc:

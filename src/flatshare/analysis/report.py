@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -52,33 +53,64 @@ def _table(conditions: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _meets(m: dict[str, Any], target: float) -> bool:
+    return (
+        m["voice_turn_p95_s"] is not None
+        and m["voice_turn_p95_s"] <= target
+        and (m["voice_over_target_frac"] or 0) <= GOAL_OVER_TARGET
+        and (m["agent_throughput_ratio"] or 0) >= GOAL_THROUGHPUT
+    )
+
+
 def _goal(summary: dict[str, Any]) -> list[str]:
     lines = [
-        f"Goal: the best make-room variant keeps the voice p95 within the target, with at most "
+        f"Goal: a make-room variant keeps the voice p95 within the target, with at most "
         f"{GOAL_OVER_TARGET:.0%} of turns over it, at every caller count, while agents keep at least "
         f"{GOAL_THROUGHPUT:.0%} of their `{BASELINE}` throughput.",
         "",
     ]
     for callers, block in summary["by_callers"].items():
         target = block["target_s"]
-        candidates = {
+        variants = {
             k: m for k, m in block["conditions"].items() if k.startswith("make-room") and m["n_voice_turns"]
         }
-        if not candidates:
+        if not variants:
             continue
-        best_key = min(candidates, key=lambda k: candidates[k]["voice_turn_p95_s"])
-        m = candidates[best_key]
-        met = (
-            m["voice_turn_p95_s"] <= target
-            and m["voice_over_target_frac"] <= GOAL_OVER_TARGET
-            and (m["agent_throughput_ratio"] or 0) >= GOAL_THROUGHPUT
-        )
+        meeting = sorted(k for k, m in variants.items() if _meets(m, target))
+        shown = variants.get("make-room-t48") or next(iter(variants.values()))
         lines.append(
-            f"- {callers} callers: best `{best_key}`: p95 {m['voice_turn_p95_s']:.2f} s against target "
-            f"{target:.2f} s, {m['voice_over_target_frac']:.1%} over, agents at "
-            f"{_cell(m['agent_throughput_ratio'])} of `{BASELINE}`: **{'met' if met else 'not met'}**."
+            f"- {callers} callers (target {target:.2f} s): `make-room-t48` p95 {shown['voice_turn_p95_s']:.2f} s, "
+            f"{shown['voice_over_target_frac']:.1%} over, agents at {_cell(shown['agent_throughput_ratio'])} of "
+            f"`{BASELINE}`. Variants meeting the goal: "
+            + (", ".join(f"`{k}`" for k in meeting) if meeting else "**none**")
+            + "."
         )
     return lines
+
+
+def _ordering(summary: dict[str, Any]) -> list[str]:
+    """Whether the seed's ordering holds, explained from counters and stages when it does not."""
+    c = summary["conditions"]
+    keys = ("vllm-priority", "make-room-preempt", "make-room-t16", "make-room-t48")
+    if not all(k in c for k in keys):
+        return []
+    p95 = [c[k]["voice_turn_p95_s"] for k in keys]
+    holds = all(a > b for a, b in itertools.pairwise(p95))
+    line = (
+        "The seed's ordering (vllm-priority > make-room-preempt > make-room-t16 > make-room-t48, voice p95): "
+        + " > ".join(f"{v:.2f} s" for v in p95)
+        + (": **holds**." if holds else ": **does not hold** strictly.")
+    )
+    pre, base = c["make-room-preempt"], c["vllm-priority"]
+    fired = pre["make_room"].get("preemptions_for_waiting", 0)
+    note = (
+        f" Preemption for waiting turns fired {fired} times per run; the voice turns' mean wait before their "
+        f"first step went from {_cell(base['stage_waiting_mean_s'])} s to {_cell(pre['stage_waiting_mean_s'])} s, "
+        f"and decoding the first sentence took {_cell(pre['stage_first_sentence_mean_s'])} s against "
+        f"{_cell(c['make-room-t48']['stage_first_sentence_mean_s'])} s with the T=48 hold: most of the lost "
+        "time is in steps that carry agent prefill, which only the hold removes."
+    )
+    return [line + note]
 
 
 def write_report(out: Path, summary: dict[str, Any], plan_line: str) -> None:
@@ -88,7 +120,7 @@ def write_report(out: Path, summary: dict[str, Any], plan_line: str) -> None:
         "voice pipeline + the engine's time to the end of the first sentence; failed turns count as 30 s.",
         "",
     ]
-    lines += [*_goal(summary), ""]
+    lines += [*_goal(summary), "", *_ordering(summary), ""]
     for callers, block in summary["by_callers"].items():
         lines += [
             f"## {callers} callers (target {block['target_s']:.2f} s)",

@@ -60,6 +60,9 @@ class ColocationPlan:
     seeds: int = 5
     duration_s: float = 600.0
     drain_s: float = 120.0
+    # The seed's agents resend ~16k-token contexts, two or three of which fill the 24 GB card's KV. With
+    # 32k contexts one agent holds 80% of the cache and a voice turn almost never waits for memory.
+    max_model_len: int = 16384
     conditions: tuple[Condition, ...] = MAIN_CONDITIONS + SWEEP_CONDITIONS
     workers: int = field(default_factory=lambda: max(1, min(2, os.cpu_count() or 1)))
 
@@ -94,6 +97,7 @@ def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: Colo
         policy=condition.policy,
         max_num_batched_tokens=condition.max_num_batched_tokens,
         additional_config={"make_room": condition.make_room} if condition.make_room else {},
+        max_model_len=plan.max_model_len,
     )
     spec = f"voice-agents:callers={callers},agents={plan.agents},duration={plan.duration_s}"
     full = parse_spec(spec, seed=seed, max_model_len=config.max_model_len)
