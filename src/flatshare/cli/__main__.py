@@ -1,0 +1,5 @@
+"""`python -m flatshare.cli`."""
+
+from flatshare.cli import main
+
+main()

@@ -1,0 +1,63 @@
+"""Experiment commands: `experiment colocation` and `report`."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from flatshare.cli.base import app, experiment_app, fail
+
+
+@experiment_app.command("colocation")
+def experiment_colocation(
+    out: Annotated[Path, typer.Option(help="Experiment folder: runs/, summary.json, report.md, figures.")],
+    quick: Annotated[bool, typer.Option(help="2 callers, 2 seeds, 300 virtual s (a few minutes).")] = False,
+    callers: Annotated[str, typer.Option(help="Caller counts, comma-separated.")] = "2,4,6",
+    agents: Annotated[int, typer.Option(help="Coding-agent sessions beside the voice agent.")] = 24,
+    seeds: Annotated[int, typer.Option(help="Seeds per condition (at least 5 for the full run).")] = 5,
+    duration: Annotated[float, typer.Option(help="Virtual seconds per run.")] = 600.0,
+    max_model_len: Annotated[
+        int, typer.Option(help="Engine max model length; agent contexts end there.")
+    ] = 16384,
+    workers: Annotated[int, typer.Option(help="Processes running in parallel (0: one per core, max 2).")] = 0,
+) -> None:
+    """A voice agent beside coding agents under vLLM's stock scheduler and make-room variants."""
+    from rich.progress import Progress
+
+    from flatshare.analysis.report import build_report
+    from flatshare.experiments.colocation import QUICK, ColocationPlan, run_plan
+
+    try:
+        if quick:
+            plan = QUICK
+        else:
+            counts = tuple(int(c) for c in callers.split(","))
+            plan = ColocationPlan(
+                callers=counts, agents=agents, seeds=seeds, duration_s=duration, max_model_len=max_model_len
+            )
+        if workers:
+            plan = dataclasses.replace(plan, workers=workers)
+    except ValueError as exc:
+        fail(f"experiment colocation: {exc}")
+    total = len(list(plan.jobs()))
+    with Progress() as progress:
+        task = progress.add_task("co-location runs", total=total)
+        run_plan(out, plan, on_done=lambda _: progress.advance(task))
+    build_report(out)
+    typer.echo(f"report: {out / 'report.md'}  summary: {out / 'summary.json'}")
+
+
+@app.command()
+def report(
+    out: Annotated[Path, typer.Argument(help="An experiment folder with runs/ inside.")],
+) -> None:
+    """Rebuild summary.json, report.md and the figures of an experiment from its saved runs."""
+    from flatshare.analysis.report import build_report
+
+    if not (out / "runs").is_dir():
+        fail(f"{out}: no runs/ folder (not an experiment output)")
+    build_report(out)
+    typer.echo(f"report: {out / 'report.md'}")
