@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from flatshare.cli.base import app, experiment_app, fail
+from flatshare.errors import InputError
 
 
 @experiment_app.command("colocation")
@@ -50,6 +51,53 @@ def experiment_colocation(
     typer.echo(f"report: {out / 'report.md'}  summary: {out / 'summary.json'}")
 
 
+@experiment_app.command("admission")
+def experiment_admission(
+    out: Annotated[Path, typer.Option(help="Experiment folder: runs/, summary.json, report.md, figures.")],
+    quick: Annotated[bool, typer.Option(help="10 synthetic seeds, one short window per trace.")] = False,
+    engines: Annotated[
+        str | None, typer.Option(help="Engine counts per cluster for the traces [2,4].")
+    ] = None,
+    seeds: Annotated[int | None, typer.Option(help="Seeds of the synthetic case [10].")] = None,
+    windows: Annotated[int | None, typer.Option(help="Windows per trace [3; quick: 1].")] = None,
+    traces: Annotated[Path, typer.Option(help="Folder holding azure-llm-2023/ and mooncake-fast25/.")] = Path(
+        "../shared/traces"
+    ),
+    sharegpt: Annotated[Path | None, typer.Option(help="A ShareGPT JSON file to replay as well.")] = None,
+    endpoint: Annotated[
+        str | None, typer.Option(help="A running gateway's URL (not implemented yet).")
+    ] = None,
+    workers: Annotated[int, typer.Option(help="Processes running in parallel (0: one per core, max 2).")] = 0,
+) -> None:
+    """Does routing long requests away from KV pressure cut short requests' p95 TTFT? (second seed)"""
+    from rich.progress import Progress
+
+    from flatshare.admission.command import experiment_admission as run_admission
+
+    with Progress() as progress:
+        task = progress.add_task("admission runs", total=None)
+
+        def advance(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        try:
+            summary = run_admission(
+                out,
+                quick=quick,
+                engines=engines,
+                seeds=seeds,
+                windows=windows,
+                traces=traces,
+                sharegpt=sharegpt,
+                endpoint=endpoint,
+                workers=workers,
+                on_progress=advance,
+            )
+        except InputError as exc:
+            fail(str(exc))
+    typer.echo(f"report: {out / 'report.md'}  summary: {out / 'summary.json'}  ({summary['wall_s']} s)")
+
+
 @app.command()
 def report(
     out: Annotated[Path, typer.Argument(help="An experiment folder with runs/ inside.")],
@@ -59,5 +107,13 @@ def report(
 
     if not (out / "runs").is_dir():
         fail(f"{out}: no runs/ folder (not an experiment output)")
+    from flatshare.admission.runs import is_admission_experiment
+
+    if is_admission_experiment(out):
+        from flatshare.admission.report import build_report as build_admission_report
+
+        build_admission_report(out)
+        typer.echo(f"report: {out / 'report.md'}")
+        return
     build_report(out)
     typer.echo(f"report: {out / 'report.md'}")

@@ -1,0 +1,247 @@
+"""What the admission experiment runs: conditions, the synthetic case, the trace cases, the whole plan.
+
+Every setting is a frozen dataclass checked on construction; `quick_plan` and `full_plan` are the two
+shipped plans (the CLI maps its options onto `full_plan`). The engines are Llama-3-8B-shaped on an
+A100-80GB (`llama3-8b-a100-80gb`, the seed's hardware) with vLLM 0.32's `vllm serve` defaults for an
+A100: `max_num_batched_tokens` 2048, `max_num_seqs` 256, FCFS, chunked prefill, prefix caching.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flatshare.gateway.policies import POLICY_NAMES, PREFER_NAMES
+from flatshare.gateway.routing import Thresholds
+from flatshare.sim.config import EngineConfig
+
+PROFILE = "llama3-8b-a100-80gb"
+SHORT_MAX_TOKENS = 256
+CALIBRATION_FRACTION = 0.2
+MAKE_ROOM = {"enabled": True, "window_tokens": 48, "protect_priority": 1}
+"""make-room settings when a condition turns it on: short requests (priority 1) are protected."""
+LONG_PRIORITY, SHORT_PRIORITY = 10, 1
+SYNTHETIC_THRESHOLDS = Thresholds(kv_usage=0.0, input_tokens=8192)
+"""Set by hand for the synthetic case: a request is long above 8,192 input tokens (Llama-3-8B's own context),
+and an engine is under pressure when it holds any KV at all (ten shorts hold under 1.2% of an A100-80GB's
+cache, so any threshold below that level acts the same; the case asks whether the engine is busy)."""
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One way of running the cluster: a gateway routing policy, and make-room inside each engine or not.
+
+    `prefer` is the threshold rule's preferred-backend policy. A `calibrated` condition needs the trace's
+    thresholds (calibrated from the baseline run) before it can run.
+    """
+
+    key: str
+    policy: str
+    prefer: str = "round-robin"
+    make_room: bool = False
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICY_NAMES:
+            raise ValueError(f"condition {self.key}: unknown policy {self.policy!r}")
+        if self.prefer not in PREFER_NAMES:
+            raise ValueError(f"condition {self.key}: unknown prefer {self.prefer!r}")
+
+    @property
+    def calibrated(self) -> bool:
+        return self.policy == "threshold" or self.make_room
+
+
+SYNTHETIC_BASELINE = "A-fcfs-one-engine"
+SYNTHETIC_CONDITIONS = (
+    Condition(SYNTHETIC_BASELINE, "first"),
+    Condition("B-controller", "threshold", prefer="first"),
+    Condition("make-room", "first", make_room=True),
+    Condition("controller+make-room", "threshold", prefer="first", make_room=True),
+)
+TRACE_BASELINE = "off"
+TRACE_CONDITIONS = (
+    Condition(TRACE_BASELINE, "random"),
+    Condition("on", "threshold"),
+    Condition("round-robin", "round-robin"),
+    Condition("least-kv", "least-kv"),
+    Condition("least-waiting", "least-waiting"),
+)
+TRACE_MAKE_ROOM_CONDITIONS = (
+    Condition("off+make-room", "random", make_room=True),
+    Condition("on+make-room", "threshold", make_room=True),
+)
+
+
+@dataclass(frozen=True)
+class SyntheticPlan:
+    """The seed's synthetic case: one long request beside `shorts` short ones, `seeds` times.
+
+    Shorts arrive at uniform times over `[0, spread_s]` (the first at 0); the long request arrives
+    `long_gap_s` after the `long_after`-th short, so the preferred engine already serves shorts when it
+    comes and the rule can fire. `long_first` adds the seed's literal order (the long one first, on an
+    idle engine, where no KV rule can fire) as a second workload under the same conditions.
+    """
+
+    seeds: int = 10
+    engines: int = 2
+    long_tokens: int = 50_000
+    long_max_tokens: int = 256
+    shorts: int = 10
+    short_prompt: tuple[int, int] = (100, 500)
+    short_max_tokens: int = SHORT_MAX_TOKENS
+    spread_s: float = 2.0
+    long_after: int = 2
+    long_gap_s: float = 0.01
+    thresholds: Thresholds = SYNTHETIC_THRESHOLDS
+    long_first: bool = True
+    conditions: tuple[Condition, ...] = SYNTHETIC_CONDITIONS
+
+    def __post_init__(self) -> None:
+        if self.seeds < 1 or self.engines < 2 or self.shorts < 1:
+            raise ValueError("synthetic: seeds >= 1, engines >= 2 and shorts >= 1 are needed")
+        if not 1 <= self.long_after <= self.shorts:
+            raise ValueError("synthetic: long_after must lie in [1, shorts]")
+        if not 1 <= self.short_max_tokens <= SHORT_MAX_TOKENS:
+            raise ValueError(f"synthetic: short_max_tokens must lie in [1, {SHORT_MAX_TOKENS}]")
+
+
+@dataclass(frozen=True)
+class TraceCase:
+    """A trace replayed on the cluster: `window_s` trace seconds from `start_s + k * window_s` for window
+    k, sped up by `rate * engines / 2` (the same load per engine on 2 and 4 engines)."""
+
+    name: str
+    kind: str
+    path: str
+    rate: float
+    window_s: float
+    start_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.rate <= 0 or self.window_s <= 0 or self.start_s < 0:
+            raise ValueError(f"trace {self.name}: rate and window must be > 0, start >= 0")
+
+    def rate_for(self, engines: int) -> float:
+        return self.rate * engines / 2
+
+    def replay_s(self, engines: int) -> float:
+        """Replay seconds of one window on `engines` engines."""
+        return self.window_s / self.rate_for(engines)
+
+    def spec(self, window: int, engines: int) -> str:
+        start = self.start_s + window * self.window_s
+        return f"{self.kind}:{self.path},start={start},duration={self.window_s},rate={self.rate_for(engines)}"
+
+
+def default_engine() -> EngineConfig:
+    """vLLM 0.32 `vllm serve` defaults on an A100 (arg_utils: 2048 batched tokens, 256 sequences, FCFS);
+    KV from the profile; `max_model_len` 131072 (Llama-3.1-8B positions, so 50k-token prompts fit)."""
+    return EngineConfig(
+        kv_tokens=434_176,
+        max_model_len=131_072,
+        max_num_batched_tokens=2048,
+        max_num_seqs=256,
+        policy="fcfs",
+        sample_interval_s=0.25,
+    )
+
+
+def _workers() -> int:
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class AdmissionPlan:
+    """The whole experiment. `drain_s`: how long a trace run may go on after its last arrival (requests
+    still unfinished then are failed and count as 30 s). `occupancy_tick_s`: how often each engine's
+    per-request KV holdings are recorded (and at every admission or finish)."""
+
+    synthetic: SyntheticPlan = field(default_factory=SyntheticPlan)
+    traces: tuple[TraceCase, ...] = ()
+    engines: tuple[int, ...] = (2, 4)
+    windows: int = 3
+    trace_conditions: tuple[Condition, ...] = TRACE_CONDITIONS + TRACE_MAKE_ROOM_CONDITIONS
+    profile: str = PROFILE
+    engine: EngineConfig = field(default_factory=default_engine)
+    drain_s: float = 300.0
+    occupancy_tick_s: float = 0.1
+    workers: int = field(default_factory=_workers)
+
+    def __post_init__(self) -> None:
+        if not self.engines or min(self.engines) < 2:
+            raise ValueError("engines: at least 2 per cluster")
+        if self.windows < 1 or self.workers < 1 or self.drain_s <= 0 or self.occupancy_tick_s <= 0:
+            raise ValueError("windows and workers must be >= 1; drain and occupancy tick > 0")
+        keys = [c.key for c in self.trace_conditions]
+        if TRACE_BASELINE not in keys:
+            raise ValueError(f"trace conditions must include the baseline {TRACE_BASELINE!r}")
+        if len(set(keys)) != len(keys):
+            raise ValueError("trace condition keys must be unique")
+
+
+@dataclass(frozen=True)
+class TraceChoice:
+    """Where a shipped trace is read and how fast it is replayed (per 2 engines)."""
+
+    kind: str
+    file: str
+    rate: float
+    start_s: float
+    quick_window_s: float
+    full_window_s: float
+
+
+# Rates and windows chosen by measuring `off` runs (docs/admission.md lists the KV use and queues they give):
+# each trace loads the cluster to its knee, where queues form in bursts. Azure code is bursty (hundreds of
+# requests in a few seconds), so it is slowed down; Mooncake's prompts (median 6.9k, p99 85k tokens) are
+# heavy, so it is slowed down more. Windows start where the trace is typical for its hour.
+TRACES = {
+    "azure-conv": TraceChoice(
+        "azure", "azure-llm-2023/AzureLLMInferenceTrace_conv.csv", 2.4, 600.0, 100.0, 200.0
+    ),
+    "azure-code": TraceChoice(
+        "azure-code", "azure-llm-2023/AzureLLMInferenceTrace_code.csv", 0.6, 1400.0, 100.0, 200.0
+    ),
+    "mooncake-conv": TraceChoice(
+        "mooncake", "mooncake-fast25/conversation_trace.jsonl", 0.2, 0.0, 40.0, 90.0
+    ),
+}
+SHAREGPT = TraceChoice("sharegpt", "", 4.0, 0.0, 60.0, 200.0)
+"""ShareGPT has no timing: conversations start as a Poisson process (1 a second at rate 1), untuned here."""
+
+
+def trace_cases(traces_dir: Path, quick: bool, sharegpt: Path | None) -> tuple[TraceCase, ...]:
+    chosen = [(name, c, str(traces_dir / c.file)) for name, c in TRACES.items()]
+    if sharegpt is not None:
+        chosen.append(("sharegpt", SHAREGPT, str(sharegpt)))
+    return tuple(
+        TraceCase(name, c.kind, path, c.rate, c.quick_window_s if quick else c.full_window_s, c.start_s)
+        for name, c, path in chosen
+    )
+
+
+def quick_plan(traces_dir: Path, sharegpt: Path | None = None) -> AdmissionPlan:
+    """Under five minutes on two cores: 10 synthetic seeds, one short window per trace on 2 and 4 engines,
+    no make-room trace conditions."""
+    return AdmissionPlan(
+        traces=trace_cases(traces_dir, True, sharegpt),
+        windows=1,
+        trace_conditions=TRACE_CONDITIONS,
+        drain_s=120.0,
+    )
+
+
+def full_plan(
+    traces_dir: Path,
+    engines: tuple[int, ...] = (2, 4),
+    seeds: int = 10,
+    windows: int = 3,
+    sharegpt: Path | None = None,
+) -> AdmissionPlan:
+    return AdmissionPlan(
+        synthetic=SyntheticPlan(seeds=seeds),
+        traces=trace_cases(traces_dir, False, sharegpt),
+        engines=engines,
+        windows=windows,
+    )

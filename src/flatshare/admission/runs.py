@@ -1,0 +1,108 @@
+"""Saved admission runs: one folder per (workload, condition, seed), read back by the analysis alone.
+
+Layout under an experiment folder: `experiment.json` (`{"kind": "admission", ...}`, the plan) and
+`runs/<workload>/<condition>/s<seed>/` holding
+- `requests.jsonl`: replay records (`flatshare.replay.records`; `engine` names the engine that served it);
+- `samples.jsonl`: engine samples (`t`, `kv_usage`, `running`, `waiting`, ...) with an `engine` field;
+- `occupancy.jsonl`: per-engine KV holdings per request over time (`cluster.OccupancyRecorder`);
+- `decisions.jsonl`: routing decisions with the snapshots they saw (`cluster.DecisionRecord`);
+- `run.json`: the facts: `workload`, `part` (`synthetic`, `trace` or `alone`), `engines`, `condition`
+  (`key`, `policy`, `prefer`, `make_room`), `seed`, `thresholds` (or null), `long_input_tokens` (prompts
+  above it count as long), `replay_s` and `eval_from_s` (the evaluation covers requests sent in
+  `[eval_from_s, replay_s)`), `engine_config`, `profile`, `preemptions`, `steps`, `virtual_s`,
+  `scheduler_counters`, `wall_s` (seconds the simulation took), and for traces `spec` and `calibration`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flatshare.admission.cluster import ClusterRun, DecisionRecord
+from flatshare.replay.records import ReplayRecord, read_records, write_records
+
+MARKER = "experiment.json"
+
+
+@dataclass(frozen=True)
+class SavedRun:
+    workload: str
+    condition: str
+    seed: int
+    records: list[ReplayRecord]
+    samples: list[dict[str, Any]]
+    occupancy: list[dict[str, Any]]
+    decisions: list[DecisionRecord]
+    facts: dict[str, Any]
+
+
+def run_dir(root: Path, workload: str, condition: str, seed: int) -> Path:
+    return root / "runs" / workload / condition / f"s{seed}"
+
+
+def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    with path.open("w") as f:
+        for row in rows:
+            f.write(json.dumps(row, sort_keys=True) + "\n")
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def save_run(folder: Path, cluster: ClusterRun, facts: dict[str, Any]) -> None:
+    """Write one run's raw data and facts (engine totals are added to `facts`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    run = cluster.run
+    write_records(folder / "requests.jsonl", run.records)
+    _write_jsonl(folder / "samples.jsonl", ({"engine": e, **s.to_json()} for e, s in run.samples))
+    _write_jsonl(folder / "occupancy.jsonl", cluster.occupancy)
+    _write_jsonl(folder / "decisions.jsonl", (d.to_json() for d in cluster.decisions))
+    counters: dict[str, int] = {}
+    for engine in run.engines:
+        for key, value in engine.result().scheduler_counters.items():
+            counters[key] = counters.get(key, 0) + int(value)
+    facts = facts | {
+        "preemptions": sum(e.preemptions for e in run.engines),
+        "steps": sum(e.steps for e in run.engines),
+        "virtual_s": max(e.now for e in run.engines),
+        "scheduler_counters": counters,
+        "wall_s": cluster.wall_s,
+    }
+    (folder / "run.json").write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+
+
+def load_run(folder: Path) -> SavedRun:
+    facts = json.loads((folder / "run.json").read_text())
+    return SavedRun(
+        workload=facts["workload"],
+        condition=facts["condition"]["key"],
+        seed=int(facts["seed"]),
+        records=read_records(folder / "requests.jsonl"),
+        samples=_read_jsonl(folder / "samples.jsonl"),
+        occupancy=_read_jsonl(folder / "occupancy.jsonl"),
+        decisions=[DecisionRecord.from_json(d) for d in _read_jsonl(folder / "decisions.jsonl")],
+        facts=facts,
+    )
+
+
+def load_runs(root: Path) -> list[SavedRun]:
+    """Every saved run under `root/runs`, in a stable order (workload, condition, seed)."""
+    folders = sorted(root.glob("runs/*/*/s*"), key=lambda p: (p.parts[-3], p.parts[-2], int(p.name[1:])))
+    return [load_run(folder) for folder in folders if (folder / "run.json").is_file()]
+
+
+def write_marker(root: Path, plan: dict[str, Any]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / MARKER).write_text(
+        json.dumps({"kind": "admission", "plan": plan}, indent=2, sort_keys=True) + "\n"
+    )
+
+
+def is_admission_experiment(root: Path) -> bool:
+    """Whether `root` holds an admission experiment (`flatshare report` can dispatch on this)."""
+    marker = root / MARKER
+    return marker.is_file() and json.loads(marker.read_text()).get("kind") == "admission"

@@ -1,0 +1,286 @@
+"""`summary.json` of an admission experiment, computed from saved runs only (schema: docs/admission.md).
+
+Per workload (`synthetic`, `synthetic-long-first`, `<trace>-e<engines>`) and condition: the short
+requests' p95 TTFT with its 95% CI, the long requests' TTFT, tokens/s, how often the rule routed a long
+request away, the KV pressure the load created, the p-value against the workload's baseline, and the
+interference attribution's counts. `levers` is the synthetic 2x2 (routing x make-room); `decisions`
+the routing decisions that moved a request, each with the pressure events that back it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from flatshare.admission.attribution import AttributionConfig, PressureEvent, pressure_events
+from flatshare.admission.compare import Comparison, mean_ci, paired_bootstrap_p95, paired_over_replicates
+from flatshare.admission.evidence import decision_rows, top_events
+from flatshare.admission.metrics import FAILED_TTFT_S, RunMetrics, run_metrics, slowdown_vs_alone
+from flatshare.admission.plan import (
+    SHORT_MAX_TOKENS,
+    SYNTHETIC_BASELINE,
+    SYNTHETIC_CONDITIONS,
+    TRACE_BASELINE,
+    TRACE_CONDITIONS,
+    TRACE_MAKE_ROOM_CONDITIONS,
+)
+from flatshare.admission.runs import SavedRun
+from flatshare.admission.synthetic import ALONE
+from flatshare.admission.synthetic import MAIN as SYNTHETIC_MAIN
+from flatshare.admission.traces import calibrate_from_run
+from flatshare.analysis.stats import bootstrap_ci, percentile
+
+SUMMARY_VERSION = 1
+MAX_DECISION_ROWS = 50  # per workload
+Grouped = dict[str, dict[int, SavedRun]]
+
+
+def _r(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None or not np.isfinite(value) else round(float(value), digits)
+
+
+ORDER = (
+    [c.key for c in SYNTHETIC_CONDITIONS]
+    + [ALONE]
+    + [c.key for c in TRACE_CONDITIONS + TRACE_MAKE_ROOM_CONDITIONS]
+)
+
+
+def _order(key: str) -> tuple[int, str]:
+    """Conditions in the plan's order (unknown ones last, by name)."""
+    return (ORDER.index(key), key) if key in ORDER else (len(ORDER), key)
+
+
+def _p(value: float | None) -> float | None:
+    """A p-value to three significant digits (tiny ones stay visible)."""
+    return None if value is None else float(f"{value:.3g}")
+
+
+def _thresholds(grouped: Grouped) -> dict[str, Any]:
+    """The threshold rule's thresholds per seed (one entry per seed: every rule condition shares them)."""
+    out: dict[str, Any] = {}
+    for runs in grouped.values():
+        for seed, run in sorted(runs.items()):
+            if run.facts["condition"]["policy"] == "threshold" and run.facts["thresholds"]:
+                out.setdefault(str(seed), run.facts["thresholds"])
+    return out
+
+
+def _long_thresholds(part: str, conditions: Grouped) -> dict[int, int | None]:
+    """What counts as long, per seed: the hand-set threshold (synthetic) or the window's calibration."""
+    if part == "trace":
+        return {
+            seed: calibrate_from_run(run).thresholds.input_tokens
+            for seed, run in conditions[TRACE_BASELINE].items()
+        }
+    any_runs = next(iter(conditions.values()))
+    return {seed: run.facts["long_input_tokens"] for seed, run in any_runs.items()}
+
+
+def _p95_interval(
+    part: str, per_seed: list[float | None], pooled: list[float]
+) -> tuple[float | None, tuple[float, float] | None, str]:
+    """Traces: the pooled p95 with a bootstrap interval; synthetic: the mean per-seed p95, t-interval."""
+    if part == "trace":
+        boot = bootstrap_ci(pooled, 95)
+        return percentile(pooled, 95), (boot.low, boot.high) if boot else None, "bootstrap over requests"
+    valid = [x for x in per_seed if x is not None]
+    return (statistics.fmean(valid) if valid else None), mean_ci(valid), "t-interval over seeds"
+
+
+def _condition(
+    part: str,
+    runs: dict[int, SavedRun],
+    metrics: dict[int, RunMetrics],
+    events: dict[int, list[PressureEvent]],
+) -> dict[str, Any]:
+    seeds = sorted(metrics)
+    per_seed = [metrics[s].short_ttft_p95_s for s in seeds]
+    pooled = [x for s in seeds for x in metrics[s].short_ttfts.values()]
+    p95, ci, method = _p95_interval(part, per_seed, pooled)
+    longs = [x for s in seeds for x in metrics[s].long_ttfts]
+    rates = [m.tokens_per_s for m in metrics.values() if m.tokens_per_s is not None]
+    eligible = sum(metrics[s].long_decisions for s in seeds)
+    moved = [metrics[s].routed_away for s in seeds]
+    kv = [x for s in seeds for x in metrics[s].kv_usage]
+    counters: dict[str, list[float]] = defaultdict(list)
+    for run in runs.values():
+        for key, value in run.facts.get("scheduler_counters", {}).items():
+            counters[key].append(float(value))
+    return {
+        "n_runs": len(seeds),
+        "n_short": len(pooled),
+        "short_ttft_p95_s": _r(p95),
+        "short_ttft_p95_ci": [_r(ci[0]), _r(ci[1])] if ci else None,
+        "ci_method": method,
+        "per_seed_short_ttft_p95_s": [_r(x) for x in per_seed],
+        "short_ttft_p50_s": _r(percentile(pooled, 50)),
+        "short_input_ttft_p95_s": _r(
+            percentile([x for s in seeds for x in metrics[s].short_input_ttfts], 95)
+        ),
+        "short_ttft_max_s": _r(max(pooled) if pooled else None),
+        "long_requests": len(longs),
+        "long_ttft_s": _r(statistics.fmean(longs) if longs else None),
+        "long_ttft_p95_s": _r(percentile(longs, 95)),
+        "tokens_per_s": _r(statistics.fmean(rates), 2) if rates else None,
+        "routed_away_n": None if None in moved else sum(x or 0 for x in moved),
+        "routed_away_frac": None
+        if None in moved or not eligible
+        else _r(sum(x or 0 for x in moved) / eligible),
+        "kv_usage_p50": _r(percentile(kv, 50)),
+        "kv_usage_p95": _r(percentile(kv, 95)),
+        "kv_usage_max": _r(max(kv) if kv else None),
+        "waiting_p95": _r(percentile([w for s in seeds for w in metrics[s].waiting], 95), 1),
+        "preemptions": _r(statistics.fmean(float(r.facts["preemptions"]) for r in runs.values()), 2),
+        "failed": sum(m.failed for m in metrics.values()),
+        "make_room": {k: _r(statistics.fmean(v), 2) for k, v in sorted(counters.items())},
+        "attribution": {
+            "flagged_shorts": sum(len(e.shorts) for s in seeds for e in events[s]),
+            "events": sum(len(events[s]) for s in seeds),
+        },
+    }
+
+
+def _test(part: str, mine: dict[int, RunMetrics], ref: dict[int, RunMetrics]) -> Comparison | None:
+    """This condition against a reference: paired over replicates, or over requests for one trace window."""
+    seeds = sorted(set(ref) & set(mine))
+    if not seeds:
+        return None
+    if part == "trace" and len(seeds) < 2:
+        return paired_bootstrap_p95(mine[seeds[0]].short_ttfts, ref[seeds[0]].short_ttfts)
+    a = [mine[s].short_ttft_p95_s or 0.0 for s in seeds]
+    return paired_over_replicates(a, [ref[s].short_ttft_p95_s or 0.0 for s in seeds])
+
+
+def _compare(
+    part: str, block: dict[str, Any], metrics: dict[str, dict[int, RunMetrics]], baseline: str
+) -> None:
+    """`p_value` etc. against the baseline; for `on` also `vs_round_robin` (the rule's own preference)."""
+    for key, m in block.items():
+        test = None if key in (baseline, ALONE) else _test(part, metrics[key], metrics.get(baseline, {}))
+        m.update(
+            p_value=_p(test.p_value) if test else None,
+            p_value_method=test.method if test else None,
+            mean_difference_s=_r(test.mean_difference_s) if test else None,
+            t=_r(test.t) if test else None,
+            n_pairs=test.n if test else 0,
+        )
+        prefer = "round-robin" if key == "on" else None
+        vs = _test(part, metrics[key], metrics[prefer]) if prefer in metrics else None
+        if vs is not None:
+            m[f"vs_{prefer}"] = {
+                "p_value": _p(vs.p_value),
+                "method": vs.method,
+                "mean_difference_s": _r(vs.mean_difference_s),
+            }
+
+
+def summarize_workload(
+    name: str, grouped: Grouped, config: AttributionConfig, alone: dict[int, SavedRun] | None = None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One workload's block of the summary (and its moved decisions); `alone`: the shorts run alone."""
+    any_run = next(iter(next(iter(grouped.values())).values()))
+    part = "trace" if any_run.facts["part"] == "trace" else "synthetic"
+    baseline = TRACE_BASELINE if part == "trace" else SYNTHETIC_BASELINE
+    long_by_seed = _long_thresholds(part, grouped)
+    metrics = {
+        k: {s: run_metrics(r, long_by_seed.get(s)) for s, r in runs.items()} for k, runs in grouped.items()
+    }
+    events = {k: {s: pressure_events(r, config) for s, r in runs.items()} for k, runs in grouped.items()}
+    block = {k: _condition(part, grouped[k], metrics[k], events[k]) for k in sorted(grouped, key=_order)}
+    _compare(part, block, metrics, baseline)
+    alone_metrics = {s: run_metrics(r, None) for s, r in (alone or {}).items()}
+    for key, m in block.items():
+        m["slowdown_vs_alone"] = slowdown_vs_alone(metrics[key], alone_metrics) if alone_metrics else None
+    rows = decision_rows(name, grouped, events, baseline)
+    for key, m in block.items():
+        mine = [r for r in rows if r["condition"] == key]
+        m["attribution"].update(
+            moved=len(mine),
+            moved_backed_live=sum(r["live_event"] is not None for r in mine),
+            moved_backed_baseline=sum(bool(r["baseline_events"]) for r in mine),
+        )
+    facts = any_run.facts
+    out = {
+        "part": part,
+        "engines": facts["engines"]
+        if part == "trace"
+        else grouped[baseline][min(grouped[baseline])].facts["engines"],
+        "trace": facts.get("trace"),
+        "rate": facts.get("rate"),
+        "replay_s": facts.get("replay_s"),
+        "baseline": baseline,
+        "replicates": len(long_by_seed),
+        "long_input_tokens": {str(s): v for s, v in sorted(long_by_seed.items())},
+        "thresholds": _thresholds(grouped),
+        "thresholds_source": "calibrated" if part == "trace" else "hand-set",
+        "conditions": block,
+        "top_events": top_events(events.get(baseline, {})),
+    }
+    return out, rows
+
+
+LEVER_CELLS = {
+    "routing-off/make-room-off": SYNTHETIC_BASELINE,
+    "routing-on/make-room-off": "B-controller",
+    "routing-off/make-room-on": "make-room",
+    "routing-on/make-room-on": "controller+make-room",
+}
+
+
+def _levers(workloads: dict[str, Any]) -> dict[str, Any]:
+    """The 2x2 (routing x make-room) for each synthetic workload that ran all four cells."""
+    out: dict[str, Any] = {}
+    for name, w in workloads.items():
+        block = w["conditions"]
+        if w["part"] != "synthetic" or not all(k in block for k in LEVER_CELLS.values()):
+            continue
+        base = block[SYNTHETIC_BASELINE]["short_ttft_p95_s"]
+        cells = {}
+        for cell, key in LEVER_CELLS.items():
+            m = block[key]
+            p95 = m["short_ttft_p95_s"]
+            cells[cell] = {
+                "condition": key,
+                "short_ttft_p95_s": p95,
+                "short_ttft_p95_ci": m["short_ttft_p95_ci"],
+                "reduction_s": _r(base - p95) if base is not None and p95 is not None else None,
+                "long_ttft_s": m["long_ttft_s"],
+                "tokens_per_s": m["tokens_per_s"],
+                "p_value": m["p_value"],
+            }
+        out[name] = cells
+    return out
+
+
+def summarize(runs: list[SavedRun], config: AttributionConfig | None = None) -> dict[str, Any]:
+    """The whole summary from saved runs (module docstring)."""
+    config = config or AttributionConfig()
+    grouped: dict[str, Grouped] = defaultdict(lambda: defaultdict(dict))
+    for run in runs:
+        grouped[run.workload][run.condition][run.seed] = run
+    if not grouped:
+        raise ValueError("no saved runs")
+    workloads, rows, total = {}, [], 0
+    for name in sorted(grouped):
+        alone = grouped.get(SYNTHETIC_MAIN, {}).get(ALONE)
+        workloads[name], mine = summarize_workload(
+            name, grouped[name], config, alone if name.startswith(SYNTHETIC_MAIN) else None
+        )
+        rows += mine[:MAX_DECISION_ROWS]
+        total += len(mine)
+    return {
+        "version": SUMMARY_VERSION,
+        "profile": runs[0].facts["profile"],
+        "short_max_tokens": SHORT_MAX_TOKENS,
+        "failed_ttft_s": FAILED_TTFT_S,
+        "attribution_config": asdict(config),
+        "workloads": workloads,
+        "levers": _levers(workloads),
+        "decisions": rows,
+        "decisions_total": total,
+    }
