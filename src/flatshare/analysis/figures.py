@@ -63,20 +63,22 @@ def tail_figure(summary: dict[str, Any], path: Path) -> None:
 
 
 def sweep_figure(summary: dict[str, Any], path: Path) -> None:
-    """Time to the n-th token of a reply for each window T, and to the 40th token against T."""
+    """p95 time to the n-th token of a reply for each window T, and at n = 16, 24, 40 against T."""
     conditions = summary["conditions"]
-    points = [(t, conditions[key]["nth_token_median_s"]) for t, key in SWEEP if key in conditions]
+    points = [(t, conditions[key]["nth_token_p95_s"]) for t, key in SWEEP if key in conditions]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for t, series in points:
         xs = [n for n, v in enumerate(series, start=1) if v is not None]
         left.plot(xs, [v for v in series if v is not None], label=f"T={t}")
     left.set_xlabel("n-th output token")
-    left.set_ylabel("median time from send (s)")
+    left.set_ylabel("p95 time from send (s)")
     left.legend(fontsize=8)
-    fortieth = [(t, s[-1]) for t, s in points if s[-1] is not None]
-    right.plot([t for t, _ in fortieth], [v for _, v in fortieth], marker="o")
+    for n in (16, 24, 40):
+        at_n = [(t, s[n - 1]) for t, s in points if s[n - 1] is not None]
+        right.plot([t for t, _ in at_n], [v for _, v in at_n], marker="o", label=f"token {n}")
     right.set_xlabel("window T (tokens)")
-    right.set_ylabel("time to the 40th token (s)")
+    right.set_ylabel("p95 time to the n-th token (s)")
+    right.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
