@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flatshare.sim.config import EngineConfig
+from flatshare.sim.config import EngineConfig, fitting_model_len
 from flatshare.sim.engine import SimEngine, SimResult
 from flatshare.sim.profile import load_profile
 from flatshare.sim.requests import SimRequest
@@ -20,7 +20,7 @@ def req(
 
 def run(requests: list[SimRequest], **config: object) -> SimResult:
     kv = int(config.get("kv_tokens", EngineConfig.kv_tokens))  # type: ignore[call-overload]
-    config.setdefault("max_model_len", min(32768, kv))
+    config.setdefault("max_model_len", fitting_model_len(kv, 16))
     engine = SimEngine(EngineConfig(**config), load_profile())  # type: ignore[arg-type]
     return engine.run(requests)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from flatshare.sim.config import EngineConfig
+from flatshare.sim.config import EngineConfig, fitting_model_len
 from flatshare.sim.engine import SimEngine
 from flatshare.sim.output import write_result
 from flatshare.sim.profile import StepTimeProfile
@@ -50,7 +50,7 @@ def demo_requests(seed: int = 0) -> list[SimRequest]:
 def run_case(case: DemoCase, profile: StepTimeProfile, out: Path, seed: int = 0) -> DemoRow:
     config = EngineConfig(
         kv_tokens=case.kv_tokens,
-        max_model_len=min(32768, case.kv_tokens),
+        max_model_len=fitting_model_len(case.kv_tokens, 16),
         scheduler=case.scheduler,
         additional_config=case.additional_config,
     )

@@ -18,7 +18,9 @@ ProfileOpt = Annotated[str, typer.Option(help="Step-time profile: a shipped name
 KvTokensOpt = Annotated[int, typer.Option(help="KV capacity in tokens (0: the profile's).")]
 BatchedOpt = Annotated[int, typer.Option(help="vLLM's token budget per step.")]
 SeqsOpt = Annotated[int, typer.Option(help="vLLM's max running requests.")]
-ModelLenOpt = Annotated[int, typer.Option(help="vLLM's max model length (0: min(32768, KV)).")]
+ModelLenOpt = Annotated[
+    int, typer.Option(help="vLLM's max model length (0: what the KV holds, at most 32768).")
+]
 BlockOpt = Annotated[int, typer.Option(help="KV block size in tokens.")]
 TierOpt = Annotated[int, typer.Option(help="Simulated CPU KV tier capacity in tokens (0: off).")]
 MakeRoomOpt = Annotated[str, typer.Option(help="make-room settings as JSON, e.g. '{\"enabled\": true}'.")]
@@ -38,7 +40,7 @@ def engine_from_options(
     make_room: str,
 ) -> tuple[EngineConfig, StepTimeProfile]:
     """The engine settings and profile that `sim` and `serve-sim` share (raises InputError)."""
-    from flatshare.sim.config import EngineConfig
+    from flatshare.sim.config import EngineConfig, fitting_model_len
     from flatshare.sim.profile import DEFAULT_PROFILE, load_profile
 
     step_profile = load_profile(profile or DEFAULT_PROFILE)
@@ -49,7 +51,7 @@ def engine_from_options(
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
         policy=policy,
-        max_model_len=max_model_len or min(32768, kv),
+        max_model_len=max_model_len or fitting_model_len(kv, block_size),
         scheduler=scheduler,
         additional_config={"make_room": parse_json_object(make_room, "--make-room")} if make_room else {},
         cpu_tier_tokens=cpu_tier_tokens,

@@ -17,6 +17,12 @@ SCHEDULER_ALIASES = {
 POLICIES = ("fcfs", "priority")
 
 
+def fitting_model_len(kv_tokens: int, block_size: int, cap: int = 32768) -> int:
+    """The largest max_model_len vLLM accepts for this KV cache, at most `cap`: vLLM keeps one block
+    as its null block, so a request can hold `(kv_tokens // block_size - 1) * block_size` tokens."""
+    return min(cap, (kv_tokens // block_size - 1) * block_size)
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """One simulated vLLM engine.
@@ -56,10 +62,11 @@ class EngineConfig:
             raise InputError(f"engine config: policy must be one of {POLICIES}, got {self.policy!r}")
         if self.kv_tokens < self.block_size * 2:
             raise InputError("engine config: kv_tokens must hold at least two blocks")
-        if self.max_model_len > self.kv_tokens:
+        if self.max_model_len > fitting_model_len(self.kv_tokens, self.block_size, self.max_model_len):
             raise InputError(
                 f"engine config: max_model_len {self.max_model_len} does not fit the KV cache "
-                f"({self.kv_tokens} tokens); vLLM refuses to start so, lower max_model_len"
+                f"({self.num_gpu_blocks} blocks of {self.block_size}, one of them vLLM's null block); "
+                "vLLM refuses to start so, lower max_model_len"
             )
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
             raise InputError(

@@ -1,0 +1,149 @@
+"""Issue 8: the simulator against a real vLLM CPU server (the tiny local model, scarce KV).
+
+Two server starts, one after the other: vLLM's stock scheduler, then make-room. On the stock server the
+test calibrates a profile (`calibrate-engine --quick`, repeated 3 times), then replays a small
+voice-plus-agents workload against the server twice (the real-vs-real noise) and once through the
+simulator with that profile; the make-room server gets the same workload with the same profile. Then
+the same comparison (`--real-from`, no server) with a profile from another engine must fail.
+
+Asserted rows (`ENGINE_ROWS`), what the engine decides: vLLM's own mean inter-token and end-to-end
+latency (its histograms, before any HTTP response) against the simulator's means, the agents'
+end-to-end p50 (a long stream ends when the engine finishes it, however its tokens were delivered),
+and the preemption count. Each must be within max(FLOOR, K x real-vs-real), the bound of
+`flatshare.fidelity.compare` with K = 3 (one noise sample can be small by chance) and FLOOR = 40% (on
+two shared cores the engine's step time drifts by up to 40% between a calibration and a run minutes
+later, measured in docs/fidelity.md, and two back-to-back real runs do not show that drift); the
+preemption count also gets K x sqrt(n) / n (Poisson). Reported, not
+asserted: client-side TTFT and gaps, which the vLLM API server shapes on this machine (a reply's
+tokens often arrive late and in one burst while other streams are busy; the simulator has no API
+server), and the mean KV use (`/metrics` answers late during those bursts, so its samples favour
+idle moments).
+
+The check can fail: the same comparison against a profile from another engine (`llama3-8b-24gb`) is
+far outside the bounds on the engine rows (asserted). The comparison with the simulator's KV cache
+halved is run and reported; whether it leaves the bounds depends on the noise measured that time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flatshare.fidelity.command import FidelitySummary, calibrate_engine_command, fidelity_command
+from flatshare.fidelity.compare import Row
+from flatshare.testing.tiny_model import make_tiny_model
+from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
+
+pytestmark = [pytest.mark.server, pytest.mark.vllm, pytest.mark.timeout(900)]
+
+SPEC = "voice-agents:callers=3,agents=5,duration=25,turns=4,agent_stagger=1"
+MODEL_LEN, BLOCKS, BUDGET, SEQS = 1024, 66, 512, 16  # 33 blocks still hold max_model_len
+FLOOR, K = 0.4, 3.0
+ENGINE_ROWS = {("engine", "itl_mean"), ("engine", "e2e_mean"), ("agent", "e2e_p50"), ("run", "preemptions")}
+
+
+def _server(model: Path, make_room: bool) -> VllmServerConfig:
+    extra: dict[str, object] = {}
+    if make_room:
+        extra = {
+            "scheduler_cls": "flatshare.scheduler.MakeRoomScheduler",
+            "additional_config": {"make_room": {"enabled": True}},
+        }
+    return VllmServerConfig(
+        model=model,
+        max_model_len=MODEL_LEN,
+        num_gpu_blocks=BLOCKS,
+        max_num_batched_tokens=BUDGET,
+        max_num_seqs=SEQS,
+        scheduling_policy="priority",
+        startup_timeout_s=240.0,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def _fidelity(endpoint: str, profile: Path, out: Path, scheduler: str, **kw: object) -> FidelitySummary:
+    """`flatshare fidelity` with the test's engine settings and bounds (two real runs by default)."""
+    return fidelity_command(
+        endpoint, str(profile), SPEC, out, scheduler=scheduler, max_num_batched_tokens=BUDGET,
+        max_num_seqs=SEQS, floor=FLOOR, k=K, **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, FidelitySummary]]:
+    model = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+    logs, out = tmp_path_factory.mktemp("vllm-logs"), tmp_path_factory.mktemp("fidelity")
+    profile = out / "tiny.json"
+    found: dict[str, FidelitySummary] = {}
+    with VllmServer(_server(model, make_room=False), log_dir=logs) as server:
+        print(calibrate_engine_command(server.url, profile, quick=True).line())
+        found["stock"] = _fidelity(server.url, profile, out / "stock", "vllm")
+        print(found["stock"].line())
+    with VllmServer(_server(model, make_room=True), log_dir=logs) as server:
+        found["make-room"] = _fidelity(server.url, profile, out / "make-room", "make-room")
+        print(found["make-room"].line())
+    stock, halved = out / "stock", BLOCKS // 2
+    found["halved-kv"] = _fidelity("", profile, out / "halved", "vllm", real_from=stock, kv_blocks=halved)
+    print("halved KV:", found["halved-kv"].line())
+    found["other-profile"] = _fidelity("", Path("llama3-8b-24gb"), out / "other", "vllm", real_from=stock)
+    print("other profile:", found["other-profile"].line())
+    yield found
+
+
+def _rows(summary: FidelitySummary, keys: set[tuple[str, str]]) -> list[Row]:
+    return [r for r in summary.result.rows if (r.cls, r.quantity) in keys]
+
+
+def _worst(rows: list[Row]) -> float:
+    """The largest |error| / bound (an undefined error counts as out of bounds)."""
+    return max(abs(r.sim_error) / r.bound if r.sim_error is not None else 99.0 for r in rows)
+
+
+@pytest.mark.parametrize("name", ["stock", "make-room"])
+def test_both_real_runs_and_the_sim_served_every_request(
+    results: dict[str, FidelitySummary], name: str
+) -> None:
+    result = results[name].result
+    ids = {r.id for r in result.sim.records}
+    assert len(ids) >= 10
+    for run in [*result.real, result.sim]:
+        assert {r.id for r in run.records} == ids, run.name
+        assert all(r.status == "ok" for r in run.records), [r.error for r in run.records if r.error]
+    assert len(result.real) == 2 and all(r.noise is not None for r in _rows(results[name], ENGINE_ROWS))
+
+
+@pytest.mark.parametrize("name", ["stock", "make-room"])
+def test_the_sim_is_within_the_noise_bounds_on_the_engine_rows(
+    results: dict[str, FidelitySummary], name: str
+) -> None:
+    rows = _rows(results[name], ENGINE_ROWS)
+    assert len(rows) == len(ENGINE_ROWS)
+    bad = [
+        f"{r.cls} {r.quantity}: {r.sim_error:+.0%} > {r.bound:.0%} (noise {r.noise})"
+        for r in rows
+        if not r.ok
+    ]
+    assert not bad, f"{bad}\n{(results[name].out / 'report.md').read_text()}"
+
+
+def test_a_profile_from_another_engine_is_far_out_of_bounds(results: dict[str, FidelitySummary]) -> None:
+    other = results["other-profile"]
+    assert not other.result.verdict
+    assert _worst(_rows(other, ENGINE_ROWS)) > 3, [r.to_json() for r in _rows(other, ENGINE_ROWS)]
+
+
+def test_a_halved_kv_cache_is_flagged_as_a_mismatch(results: dict[str, FidelitySummary]) -> None:
+    """Reported, not asserted beyond the flag: whether its errors leave the bounds depends on the
+    measured noise (caught in one run here: engine e2e +68% against a 38% bound; not in the next, whose
+    load spike made the bounds 117-165%). The profile mismatch above is the assertion that can fail."""
+    halved = results["halved-kv"]
+    assert halved.result.meta["mismatches"] == [f"KV blocks {BLOCKS // 2} (server {BLOCKS})"]
+    assert "Settings differ from the server's" in (halved.out / "report.md").read_text()
+
+
+def test_the_reports_are_written(results: dict[str, FidelitySummary]) -> None:
+    for summary in results.values():
+        assert (summary.out / "fidelity.json").is_file() and (summary.out / "cdf.png").stat().st_size > 10_000
+        assert "| voice | ttft_p50* |" in (summary.out / "report.md").read_text()
