@@ -9,13 +9,12 @@ import sys
 
 import typer
 
-from flatshare.cli import experiments, fidelity, sim  # noqa: F401  (registers the commands)
+from flatshare.cli import experiments, fidelity, replay, sim  # noqa: F401  (registers the commands)
 from flatshare.cli.base import app, fail
 from flatshare.cli.engine_options import engine_from_options
 from flatshare.errors import InputError
 
 __all__ = ["app", "engine_from_options", "fail", "main"]
-_engine = engine_from_options  # the name the replay command imported before the CLI became a package
 
 
 def main() -> None:

@@ -1,0 +1,70 @@
+"""`flatshare replay`: a workload against OpenAI-compatible endpoints (wall clock) or simulated engines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from flatshare.cli.base import app, fail
+from flatshare.cli.engine_options import (
+    BatchedOpt,
+    BlockOpt,
+    KvTokensOpt,
+    MakeRoomOpt,
+    PolicyOpt,
+    ProfileOpt,
+    SchedulerOpt,
+    SeqsOpt,
+    TierOpt,
+)
+from flatshare.errors import InputError
+
+
+@app.command()
+def replay(
+    workload: Annotated[str, typer.Option(help="Workload spec: voice-agents:callers=2, weka:PATH, ...")],
+    out: Annotated[Path, typer.Option(help="Output folder: requests.jsonl, samples.jsonl, run.json.")],
+    endpoint: Annotated[
+        list[str] | None, typer.Option(help="Base URL of an OpenAI-compatible server (repeat for several).")
+    ] = None,
+    sim: Annotated[bool, typer.Option("--sim", help="Replay on simulated engines, in virtual time.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed the workload is drawn with.")] = 0,
+    duration: Annotated[float, typer.Option(help="Issue nothing after this many seconds (0: all).")] = 0.0,
+    max_concurrency: Annotated[int, typer.Option(help="Most requests in flight at once.")] = 256,
+    grace: Annotated[float, typer.Option(help="Seconds requests may run past --duration.")] = 30.0,
+    vocab_size: Annotated[int, typer.Option(help="Prompt token ids lie below this (the model's).")] = 32000,
+    priority: Annotated[bool, typer.Option(help="Send each request's priority field.")] = True,
+    sim_engines: Annotated[int, typer.Option(help="Simulated engines for --sim.")] = 1,
+    scheduler: SchedulerOpt = "vllm",
+    policy: PolicyOpt = "priority",
+    profile: ProfileOpt = "",
+    kv_tokens: KvTokensOpt = 0,
+    max_num_batched_tokens: BatchedOpt = 512,
+    max_num_seqs: SeqsOpt = 256,
+    max_model_len: Annotated[
+        int, typer.Option(help="Clip prompts to this (0: the --sim engine's, or what the endpoints report).")
+    ] = 0,
+    block_size: BlockOpt = 16,
+    cpu_tier_tokens: TierOpt = 0,
+    make_room: MakeRoomOpt = "",
+) -> None:
+    """Replay a workload against OpenAI-compatible endpoints (wall clock) or simulated engines (--sim)."""
+    from flatshare.replay.command import EngineOptions, replay_command
+
+    engine = EngineOptions(
+        scheduler, policy, profile, kv_tokens, max_num_batched_tokens, max_num_seqs,
+        block_size, cpu_tier_tokens, make_room,
+    )  # fmt: skip
+    try:
+        summary = replay_command(
+            workload, out, endpoints=endpoint or [], sim=sim, seed=seed, duration=duration,
+            max_concurrency=max_concurrency, grace=grace, max_model_len=max_model_len,
+            vocab_size=vocab_size, priority=priority, sim_engines=sim_engines, engine=engine,
+        )  # fmt: skip
+    except InputError as exc:
+        fail(str(exc))
+    typer.echo(summary.line())
+    if summary.interrupted:
+        raise typer.Exit(code=130)

@@ -1,0 +1,200 @@
+"""The wall-clock driver: a workload against OpenAI-compatible endpoints, in real time.
+
+Each session runs as one task. Request 0 goes out at the session's `start_s` (seconds after the run
+starts); request k+1 at `Session.issue_s` of when request k's reply was complete (the driver's own
+observation: the finish chunk, or when a failure was seen), with the tokens that arrived and, for voice,
+when its first sentence arrived: the rule the virtual driver applies to simulated times. A session stays
+on one endpoint (`sticky_index`, the virtual driver's `sticky_route` rule).
+
+Bounds: at most `max_concurrency` requests are in flight (a request due while all slots are busy waits;
+its `send_s` is when it really went out, and `ledger.stats` counts the waits). No request is issued
+after `duration_s`; requests still running `grace_s` later are cancelled (the client disconnects, so
+vLLM aborts them) and recorded as failed. Every endpoint's `/metrics` is sampled every
+`sample_interval_s`.
+
+Nothing issued is dropped: `run_wallclock` writes into a `Ledger` that the caller owns, and on any exit
+(done, cut, cancelled as by Ctrl-C) the ledger closes every unfinished request as `failed`, with error
+`interrupted` on cancellation (a request still waiting for a slot says so too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+
+from flatshare.replay import body
+from flatshare.replay.clients import ClientPool
+from flatshare.replay.endpoints import Endpoint, sticky_index
+from flatshare.replay.ledger import Ledger
+from flatshare.replay.sampler import Sampler
+from flatshare.replay.stream import stream_request
+from flatshare.workloads.model import Session, Workload
+
+T = TypeVar("T")
+INTERRUPTED = "interrupted"
+CUT = "cut: still running at the end of the run (duration + grace)"
+
+
+@dataclass(frozen=True)
+class WallClockOptions:
+    """How the wall-clock driver runs; validated on construction.
+
+    `duration_s`: issue nothing after this many seconds (None: the whole workload). `grace_s`: how long
+    requests may run on after `duration_s`. `read_timeout_s`: the longest silence within one response.
+    `send_priority`: put the request's `priority` in the body (a vLLM server without
+    `--scheduling-policy priority` refuses a non-zero one).
+    """
+
+    max_concurrency: int = 256
+    duration_s: float | None = None
+    grace_s: float = 30.0
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 300.0
+    sample_interval_s: float = 0.5
+    send_priority: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_concurrency, bool) or self.max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {self.max_concurrency!r}")
+        if self.duration_s is not None and not self.duration_s > 0:
+            raise ValueError(f"duration_s must be > 0 (or None), got {self.duration_s!r}")
+        if not self.grace_s >= 0:
+            raise ValueError(f"grace_s must be >= 0, got {self.grace_s!r}")
+        for name in ("connect_timeout_s", "read_timeout_s", "sample_interval_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+
+
+Progress = Callable[[Ledger], None]
+
+
+class _Driver:
+    def __init__(
+        self,
+        workload: Workload,
+        endpoints: Sequence[Endpoint],
+        options: WallClockOptions,
+        ledger: Ledger,
+        clients: ClientPool,
+        on_progress: Progress | None,
+    ) -> None:
+        self.workload = workload
+        self.endpoints = endpoints
+        self.options = options
+        self.ledger = ledger
+        self.clients = clients
+        self.on_progress = on_progress
+        self.slots = asyncio.Semaphore(options.max_concurrency)
+        self.stats = ledger.stats
+        self.in_flight = 0
+
+    async def session(self, session: Session) -> None:
+        endpoint = self.endpoints[sticky_index(session.id, len(self.endpoints))]
+        until = self.options.duration_s
+        due = session.issue_s(0)
+        for k, request in enumerate(session.requests):
+            if until is not None and due > until:
+                return
+            await self.ledger.clock.sleep_until(due)
+            record = self.ledger.issue(request, endpoint.name, due)
+            queued = self.ledger.clock.now()
+            async with self.slots, self.clients.lend(endpoint.url) as client:
+                self._sent(request.id, queued)
+                try:
+                    await stream_request(
+                        client,
+                        endpoint,
+                        request,
+                        record,
+                        self.ledger.clock,
+                        self.options.send_priority,
+                    )
+                finally:
+                    self.in_flight -= 1
+            self.ledger.close(request.id)
+            if self.on_progress is not None:
+                self.on_progress(self.ledger)
+            if k + 1 < len(session.requests):
+                assert record.end_s is not None
+                n = len(record.token_times_s)
+                due = session.issue_s(k + 1, record.end_s, n, record.first_sentence_s)
+
+    def _sent(self, request_id: str, queued: float) -> None:
+        self.ledger.sent(request_id)
+        wait = self.ledger.clock.now() - queued
+        if wait > 0.001:
+            self.stats.slot_waits += 1
+            self.stats.max_slot_wait_s = max(self.stats.max_slot_wait_s, wait)
+        self.in_flight += 1
+        self.stats.max_in_flight = max(self.stats.max_in_flight, self.in_flight)
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(self.session(s), name=f"session {s.id}") for s in self.workload.sessions]
+        try:
+            deadline = None
+            if self.options.duration_s is not None:
+                deadline = self.options.duration_s + self.options.grace_s - self.ledger.clock.now()
+            _, pending = await asyncio.wait(tasks, timeout=deadline) if tasks else (set(), set())
+            if pending:
+                self.stats.cut = self.ledger.close_all(CUT)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for task in tasks:
+            if not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]  # a bug in the driver, not a failed request
+
+
+async def run_wallclock(
+    workload: Workload,
+    endpoints: Sequence[Endpoint],
+    ledger: Ledger,
+    options: WallClockOptions | None = None,
+    on_progress: Progress | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> None:
+    """Replay `workload` against `endpoints` in wall time, recording into `ledger` (see the module
+    docstring). `ledger.clock` is the run's clock; samples go to `ledger.samples`, counters to
+    `ledger.stats`. `transport` replaces the network (tests)."""
+    if not endpoints:
+        raise ValueError("run_wallclock needs at least one endpoint")
+    options = options or WallClockOptions()
+    timeout = httpx.Timeout(options.read_timeout_s, connect=options.connect_timeout_s, pool=None)
+    probe_timeout = httpx.Timeout(max(2.0, options.sample_interval_s * 4), connect=2.0)
+    clients = ClientPool(timeout, transport)
+    body.warm({request.vocab_size for request in workload.requests()})
+    async with httpx.AsyncClient(timeout=probe_timeout, verify=clients.ssl, transport=transport) as probe:
+        if not ledger.records:
+            ledger.clock.start()  # second 0 is when the sessions start, after the set-up
+        driver = _Driver(workload, endpoints, options, ledger, clients, on_progress)
+        samplers = [Sampler(probe, e.url, ledger.clock.now, options.sample_interval_s) for e in endpoints]
+        sampling = [asyncio.create_task(s.run(), name=f"metrics {s.url}") for s in samplers]
+        try:
+            await driver.run()
+        finally:
+            ledger.close_all(INTERRUPTED)
+            for task in sampling:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*sampling, return_exceptions=True)
+            for endpoint, sampler in zip(endpoints, samplers, strict=True):
+                ledger.samples.extend((endpoint.name, s) for s in sampler.samples)
+                ledger.stats.sample_errors[endpoint.name] = sampler.errors
+            await clients.aclose()
+
+
+def run_in_loop(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)` on uvloop when it is installed (about 15% less CPU per streamed token here),
+    else on asyncio's own loop. Ctrl-C cancels `main`, then raises KeyboardInterrupt, as asyncio.run."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
