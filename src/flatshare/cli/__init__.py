@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from flatshare.cli import experiments, fidelity, replay, sim  # noqa: F401  (registers the commands)
+from flatshare.cli import experiments, fidelity, gateway, replay, sim  # noqa: F401  (registers the commands)
 from flatshare.cli.base import app, fail
 from flatshare.cli.engine_options import engine_from_options
 from flatshare.errors import InputError

@@ -1,0 +1,11 @@
+"""The admission gateway: an OpenAI-compatible proxy over several vLLM servers that watches each one's
+KV use and keeps long requests off servers under KV pressure, with tenants, priorities and an audit
+trail of every decision. Nothing here imports vLLM.
+
+Pure parts (no I/O; the simulated cluster uses them too): `routing` (features, snapshots, decisions),
+`policies` (the routing functions), `calibrate` (thresholds from the first 20% of a run), `scrape`
+(reading vLLM's /metrics), `sse` (event framing). State: `backends`. Edges: `poller`, `tokens`,
+`tenants`, `inbound`, `proxy`, `relay`, `upstream` + `upstream_native` (HTTP clients to the backends),
+`audit`, `metrics`, `app`, `server`, `cli`. Settings: `config`, `configfile`. `canned` is a canned vLLM
+stand-in for benchmarks. Operator guide: docs/gateway.md.
+"""

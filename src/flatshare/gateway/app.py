@@ -1,0 +1,171 @@
+"""The gateway's ASGI app (Starlette): OpenAI-compatible routes in front of several vLLM servers.
+
+Routes: `POST /v1/completions`, `POST /v1/chat/completions` (proxied, `proxy.py`), `GET /v1/models`
+(the union of the healthy backends' models), `GET /health` (200 while any backend is healthy, else
+503), `GET /metrics` (the gateway's own, `metrics.py`), `GET /gateway/backends` (every backend's
+snapshot as JSON, for operators).
+
+The lifespan warns when the gateway runs open, starts one poller per backend and waits for their first
+round (at most about three poll timeouts) so the first requests see real readings, then stops them and closes
+the HTTP clients and the audit log at shutdown, after uvicorn has drained the in-flight streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from flatshare.gateway.audit import AuditLog, backend_fields
+from flatshare.gateway.backends import BackendPool
+from flatshare.gateway.config import GatewayConfig
+from flatshare.gateway.metrics import CONTENT_TYPE, GatewayMetrics
+from flatshare.gateway.policies import make_policy
+from flatshare.gateway.poller import Poller
+from flatshare.gateway.proxy import Proxy, ProxyParts
+from flatshare.gateway.tenants import Tenants
+from flatshare.gateway.tokens import TokenCounter
+from flatshare.gateway.upstream import make_upstream, resolve_client
+
+log = logging.getLogger("flatshare.gateway")
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """The app and the parts tests and operators may look at."""
+
+    app: FastPaths
+    config: GatewayConfig
+    pool: BackendPool
+    metrics: GatewayMetrics
+    audit: AuditLog
+
+
+def startup_notes(config: GatewayConfig) -> list[str]:
+    """What the gateway says when it starts (the open-mode warning among them)."""
+    backends = ", ".join(f"{b.name}={b.url}" for b in config.backends)
+    client = resolve_client(config.upstream_client, [b.url for b in config.backends])
+    notes = [f"gateway: policy {config.policy}, backends {backends}, upstream client {client}"]
+    if config.policy == "threshold":
+        t = config.thresholds
+        origin = f"calibrated from {t.calibrated_from}" if t.calibrated_from else "set by hand or defaults"
+        notes.append(f"gateway: thresholds kv_usage {t.kv_usage}, input_tokens {t.input_tokens} ({origin})")
+    if config.open:
+        notes.append("gateway: WARNING running open: no tenants (API keys), any client may use any priority")
+    notes.append(f"gateway: audit log {config.audit_log or 'off'}")
+    return notes
+
+
+def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monotonic) -> Gateway:
+    """Everything wired together; nothing runs until the app's lifespan starts."""
+    pool = BackendPool(config.backends, config.poll)
+    thresholds = config.thresholds.thresholds() if config.policy == "threshold" else None
+    metrics = GatewayMetrics(pool, clock, thresholds)
+    audit = AuditLog(config.audit_log or None)
+    upstream = make_upstream(
+        config.upstream_client,
+        [b.url for b in config.backends],
+        config.connect_timeout_s,
+        config.upstream_timeout_s,
+        config.max_upstream_connections,
+    )
+    parts = ProxyParts(
+        config=config,
+        pool=pool,
+        policy=make_policy(config.policy, thresholds, config.prefer, config.seed),
+        thresholds=thresholds,
+        metrics=metrics,
+        audit=audit,
+        tenants=Tenants(config),
+        counter=TokenCounter(config.tokens, upstream),
+        upstream=upstream,
+        clock=clock,
+    )
+    sequence = itertools.count()
+    pollers = [Poller(state, upstream, clock) for state in pool.states]
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": pool.model_cards()})
+
+    async def health(request: Request) -> Response:
+        if any(state.healthy for state in pool.states):
+            return Response(status_code=200)
+        body = {"error": {"message": "no healthy backend", "type": "ServiceUnavailableError", "code": 503}}
+        return JSONResponse(body, status_code=503)
+
+    async def metrics_page(request: Request) -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    async def backends(request: Request) -> Response:
+        now = clock()
+        rows = [
+            {**backend_fields(s.snapshot(now)), "url": s.config.url, "error": s.last_error}
+            for s in pool.states
+        ]
+        return JSONResponse({"backends": rows})
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if config.open:
+            log.warning("running open: no API keys configured, any client may use any priority")
+        await upstream.start()
+        first_round = [asyncio.ensure_future(p.poll_once()) for p in pollers]
+        await asyncio.wait(first_round, timeout=config.poll.timeout_s * 3 + 1.0)
+        for poller in pollers:
+            poller.start()
+        flusher = asyncio.create_task(_flush_every(audit, audit.FLUSH_EVERY_S), name="audit-flush")
+        try:
+            yield
+        finally:
+            flusher.cancel()
+            for poller in pollers:
+                await poller.stop()
+            await upstream.close()
+            audit.close()
+
+    proxies = {
+        "/v1/completions": Proxy(parts, False, sequence),
+        "/v1/chat/completions": Proxy(parts, True, sequence),
+    }
+    routes = [Route(path, proxy, methods=["POST"]) for path, proxy in proxies.items()]  # 405 for GET
+    routes += [
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics_page, methods=["GET"]),
+        Route("/gateway/backends", backends, methods=["GET"]),
+    ]
+    app = FastPaths(proxies, Starlette(routes=routes, lifespan=lifespan))
+    return Gateway(app, config, pool, metrics, audit)
+
+
+class FastPaths:
+    """Sends `POST` to the proxied paths straight to their handler (no Starlette router and middleware
+    on the hot path), and everything else (other routes, lifespan) to the Starlette app."""
+
+    def __init__(self, paths: Mapping[str, ASGIApp], fallback: Starlette) -> None:
+        self.paths = paths
+        self.fallback = fallback
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            handler = self.paths.get(scope["path"])
+            if handler is not None:
+                await handler(scope, receive, send)
+                return
+        await self.fallback(scope, receive, send)
+
+
+async def _flush_every(audit: AuditLog, period_s: float) -> None:
+    while True:
+        await asyncio.sleep(period_s)
+        audit.flush()

@@ -1,0 +1,117 @@
+"""What the gateway knows of each backend: its last good scrape, its failures, its models.
+
+Health rules (times from a monotonic clock passed in, so tests need no sleeping):
+- a good scrape (by the poller) stores the readings and resets the failure count; the backend is healthy;
+- a failed scrape, or a connection the proxy could not open, counts one failure; after
+  `unhealthy_after_failures` in a row the backend is unhealthy and gets no new requests until a good
+  scrape. A refused connection counts as all of them at once: the server is not there;
+- without a good scrape for `stale_after_s` the backend is stale: still routable, but policies count
+  its KV as full (`routing.BackendSnapshot.pressure`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from flatshare.gateway.config import BackendConfig, PollConfig
+from flatshare.gateway.routing import BackendSnapshot
+from flatshare.gateway.scrape import EngineMetrics
+
+
+@dataclass
+class BackendState:
+    """Mutable per-backend state, owned by the event loop (no locks needed)."""
+
+    config: BackendConfig
+    poll: PollConfig
+    metrics: EngineMetrics | None = None
+    last_good_s: float = -math.inf
+    failures: int = 0
+    last_error: str = ""
+    models: frozenset[str] = field(default_factory=frozenset)
+    model_cards: tuple[dict[str, object], ...] = ()
+    on_models: Callable[[], None] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def healthy(self) -> bool:
+        return self.metrics is not None and self.failures < self.poll.unhealthy_after_failures
+
+    def record_scrape(self, metrics: EngineMetrics, now_s: float) -> None:
+        self.metrics = metrics
+        self.last_good_s = now_s
+        self.failures = 0
+        self.last_error = ""
+
+    def record_failure(self, error: str, refused: bool = False) -> None:
+        """One failure; a refused connection marks the backend unhealthy at once."""
+        self.failures = self.poll.unhealthy_after_failures if refused else self.failures + 1
+        self.last_error = error
+
+    def set_models(self, cards: Iterable[dict[str, object]]) -> None:
+        self.model_cards = tuple(cards)
+        self.models = frozenset(str(card.get("id")) for card in self.model_cards)
+        if self.on_models is not None:
+            self.on_models()
+
+    def scrape_age_s(self, now_s: float) -> float:
+        return now_s - self.last_good_s
+
+    def snapshot(self, now_s: float) -> BackendSnapshot:
+        age = self.scrape_age_s(now_s)
+        metrics = self.metrics
+        if metrics is None:
+            return BackendSnapshot(self.name, scrape_age_s=age, stale=True, healthy=False)
+        return BackendSnapshot(
+            name=self.name,
+            kv_usage=metrics.kv_usage,
+            running=metrics.running,
+            waiting=metrics.waiting,
+            preemptions=metrics.preemptions,
+            scrape_age_s=age,
+            stale=age > self.poll.stale_after_s,
+            healthy=self.healthy,
+            kv_capacity_tokens=metrics.kv_capacity_tokens,
+        )
+
+
+class BackendPool:
+    """All backends in configured order."""
+
+    def __init__(self, backends: Iterable[BackendConfig], poll: PollConfig) -> None:
+        self.states = tuple(BackendState(config, poll, on_models=self._models_changed) for config in backends)
+        self.by_name = {state.name: state for state in self.states}
+        self.known_models: frozenset[str] = frozenset()
+        """Every model any backend has listed (healthy or not); kept current by `set_models`."""
+
+    def _models_changed(self) -> None:
+        self.known_models = frozenset().union(*(state.models for state in self.states))
+
+    def snapshots(self, now_s: float) -> tuple[BackendSnapshot, ...]:
+        return tuple(state.snapshot(now_s) for state in self.states)
+
+    def candidates(
+        self, snapshots: tuple[BackendSnapshot, ...], model: str | None, exclude: frozenset[str] = frozenset()
+    ) -> tuple[BackendSnapshot, ...]:
+        """The snapshots a policy may choose from: healthy, serving `model` (any when None), not excluded."""
+        return tuple(
+            snap
+            for snap in snapshots
+            if snap.healthy
+            and snap.name not in exclude
+            and (model is None or model in self.by_name[snap.name].models)
+        )
+
+    def model_cards(self) -> list[dict[str, object]]:
+        """Every healthy backend's /v1/models cards, one per model id (the first backend's card)."""
+        cards: dict[str, dict[str, object]] = {}
+        for state in self.states:
+            if state.healthy:
+                for card in state.model_cards:
+                    cards.setdefault(str(card.get("id")), card)
+        return list(cards.values())

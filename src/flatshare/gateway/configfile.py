@@ -1,0 +1,134 @@
+"""Reading a `GatewayConfig` from a TOML or JSON file (plus CLI overrides), and saving thresholds into one.
+
+Keys map one to one onto the dataclass fields of `config.py`: tables onto nested dataclasses, arrays of
+tables onto tuples of them. Unknown keys, wrong types and failed checks raise `InputError` naming the
+file and the key path, e.g. `gw.toml: poll.interval_s must be > 0, got 0`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from flatshare.errors import InputError
+from flatshare.gateway.config import GatewayConfig, ThresholdConfig
+
+
+def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -> GatewayConfig:
+    """The file's settings (none: defaults) with `overrides` (top-level keys) on top."""
+    data: dict[str, Any] = read_mapping(path) if path is not None else {}
+    data.update({key: value for key, value in (overrides or {}).items() if value is not None})
+    where = str(path) if path is not None else "settings"
+    return build(GatewayConfig, data, where)
+
+
+def read_mapping(path: Path) -> dict[str, Any]:
+    """The raw table of a `.toml` or `.json` file."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: not valid {path.suffix.lstrip('.').upper() or 'JSON'} ({exc})") from exc
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: must hold a table (an object)")
+    return data
+
+
+def build(cls: type[Any], data: Any, where: str, path: str = "") -> Any:
+    """An instance of dataclass `cls` from a mapping, checking keys and types (see module docstring)."""
+    label = path or "the top level"
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: {label} must be a table")
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise InputError(f"{where}: unknown key {', '.join(unknown)} in {label} (known: {', '.join(known)})")
+    kwargs = {name: _convert(hints[name], value, where, _join(path, name)) for name, value in data.items()}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a required key is missing
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in data and _required(f)]
+        raise InputError(f"{where}: {label} needs {', '.join(missing)}") from exc
+    except ValueError as exc:
+        raise InputError(f"{where}: {exc}") from exc
+
+
+def _required(f: dataclasses.Field[Any]) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _convert(hint: Any, value: Any, where: str, path: str) -> Any:
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return build(typing.cast(type[Any], hint), value, where, path)
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise InputError(f"{where}: {path} must be a list")
+        item = typing.get_args(hint)[0]
+        return tuple(_convert(item, v, where, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise InputError(f"{where}: {path} must be a table")
+        kind = typing.get_args(hint)[1]
+        return {str(k): _convert(kind, v, where, f"{path}.{k}") for k, v in value.items()}
+    if origin in (typing.Union, types.UnionType):
+        raise TypeError(f"unsupported config type {hint}")  # pragma: no cover - not used by the dataclasses
+    return _scalar(hint, value, where, path)
+
+
+def _scalar(hint: Any, value: Any, where: str, path: str) -> Any:
+    ok = {
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, int | float) and not isinstance(value, bool),
+        bool: isinstance(value, bool),
+        str: isinstance(value, str),
+    }[hint]
+    if not ok:
+        raise InputError(f"{where}: {path} must be {hint.__name__}, got {value!r}")
+    return float(value) if hint is float else value
+
+
+# -- saving thresholds ------------------------------------------------------------------------------------
+_TABLE_HEADER = re.compile(r"^\s*\[")
+
+
+def save_thresholds(path: Path, thresholds: ThresholdConfig) -> None:
+    """Write `thresholds` into the config file's `thresholds` table, then reload it to check.
+
+    JSON files are rewritten whole. TOML files keep every line outside the `[thresholds]` table
+    (comments too); the table is replaced, or appended when missing. The file must exist.
+    """
+    values = dataclasses.asdict(thresholds)
+    if path.suffix == ".toml":
+        text = path.read_text() if path.exists() else ""
+        path.write_text(_replace_toml_table(text, "thresholds", values))
+    else:
+        data = read_mapping(path) if path.exists() else {}
+        data["thresholds"] = values
+        path.write_text(json.dumps(data, indent=2) + "\n")
+    read_mapping(path)  # still parses
+
+
+def _replace_toml_table(text: str, table: str, values: Mapping[str, Any]) -> str:
+    body = [f"[{table}]"] + [f"{key} = {json.dumps(value)}" for key, value in values.items()]
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() == f"[{table}]"), None)
+    if start is None:
+        return "\n".join([*lines, "", *body]).lstrip("\n") + "\n"
+    end = next((i for i in range(start + 1, len(lines)) if _TABLE_HEADER.match(lines[i])), len(lines))
+    return "\n".join([*lines[:start], *body, "", *lines[end:]]).rstrip("\n") + "\n"

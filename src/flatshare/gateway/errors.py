@@ -1,0 +1,58 @@
+"""Refusals the gateway answers itself, as OpenAI-style JSON errors (the shape vLLM sends):
+`{"error": {"message", "type", "param", "code"}}`. Each carries a `kind`, the label it is counted
+under in `flatshare_gateway_errors_total`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+ERROR_KINDS = (
+    "bad_json",
+    "bad_request",
+    "body_too_large",
+    "unauthorized",
+    "unknown_model",
+    "no_backend",
+    "upstream_connect",
+    "upstream_status",
+    "upstream_midstream",
+    "tokenize",
+)
+
+
+class GatewayError(Exception):
+    """A request the gateway refuses or cannot serve; `headers` go on the response (Retry-After)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str,
+        err_type: str = "BadRequestError",
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        assert kind in ERROR_KINDS, kind
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.err_type = err_type
+        self.param = param
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, object]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.err_type,
+                "param": self.param,
+                "code": self.status,
+            }
+        }
+
+    def sse_event(self) -> bytes:
+        """The error as one server-sent event (`data: {...}`), as vLLM reports a failure mid-stream."""
+        return b"data: " + json.dumps(self.body(), separators=(",", ":")).encode() + b"\n\n"

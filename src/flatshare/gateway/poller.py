@@ -1,0 +1,105 @@
+"""One poller per backend: every `poll.interval_s`, GET /metrics and /health (together, each bounded
+by `poll.timeout_s`), and GET /v1/models when the backend comes (back) up and every `MODELS_EVERY` polls.
+
+A poll is good when both answer 200 and the metrics page has vLLM's KV-use gauge. Ticks are at fixed
+times (`start + k * interval`); a poll that overruns skips the ticks it missed instead of bunching up.
+Results go into the backend's `BackendState` (health rules there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+
+from flatshare.gateway.backends import BackendState
+from flatshare.gateway.scrape import ScrapeError, parse_metrics
+from flatshare.gateway.upstream import Upstream, UpstreamError
+
+log = logging.getLogger(__name__)
+MODELS_EVERY = 100
+
+
+class Poller:
+    """Keeps one `BackendState` up to date from its server."""
+
+    def __init__(
+        self, state: BackendState, client: Upstream, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.state = state
+        self.client = client
+        self.clock = clock
+        self.polls = 0
+        self._since_models = MODELS_EVERY
+        self._task: asyncio.Task[None] | None = None
+
+    async def poll_once(self) -> bool:
+        """One poll; True when it was good."""
+        state, url = self.state, self.state.config.url
+        was_healthy = state.healthy
+        self.polls += 1
+        timeout = state.poll.timeout_s
+        try:
+            page, health = await asyncio.gather(
+                self.client.fetch(f"{url}/metrics", timeout), self.client.fetch(f"{url}/health", timeout)
+            )
+            metrics = parse_metrics(_body(page, "/metrics").decode())
+            _body(health, "/health")
+            self._since_models += 1
+            if not was_healthy or not state.models or self._since_models >= MODELS_EVERY:
+                await self._fetch_models()
+        except UpstreamError as exc:
+            self._fail(f"cannot reach it: {exc}", refused=exc.refused)
+            return False
+        except (ScrapeError, ValueError) as exc:
+            self._fail(f"{type(exc).__name__}: {exc}")
+            return False
+        state.record_scrape(metrics, self.clock())
+        if not was_healthy:
+            log.info("backend %s is healthy (models: %s)", state.name, ", ".join(sorted(state.models)))
+        return True
+
+    async def _fetch_models(self) -> None:
+        answer = await self.client.fetch(f"{self.state.config.url}/v1/models", self.state.poll.timeout_s)
+        cards = json.loads(_body(answer, "/v1/models")).get("data")
+        if not isinstance(cards, list) or not all(isinstance(card, dict) for card in cards):
+            raise ValueError("/v1/models: no list of models under 'data'")
+        self.state.set_models(cards)
+        self._since_models = 0
+
+    def _fail(self, error: str, refused: bool = False) -> None:
+        was_healthy = self.state.healthy
+        self.state.record_failure(error, refused)
+        if was_healthy and not self.state.healthy:
+            log.warning("backend %s is unhealthy: %s", self.state.name, error)
+
+    async def run(self) -> None:
+        """Poll at fixed ticks until cancelled."""
+        interval = self.state.poll.interval_s
+        start = self.clock()
+        tick = 0
+        while True:
+            await self.poll_once()
+            elapsed = self.clock() - start
+            tick = max(tick + 1, int(elapsed / interval) + 1)
+            await asyncio.sleep(max(0.0, start + tick * interval - self.clock()))
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self.run(), name=f"poll-{self.state.name}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+
+def _body(answer: tuple[int, bytes], what: str) -> bytes:
+    status, body = answer
+    if status != 200:
+        raise ValueError(f"{what} answered {status}")
+    return body

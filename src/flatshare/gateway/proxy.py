@@ -1,0 +1,260 @@
+"""Forwarding one completion or chat request: admit, count, decide, send, relay.
+
+1. Read and check the body (`inbound.py`), identify the tenant and settle the priority (`tenants.py`),
+   refuse an unknown model (404, when the backends' model lists are known).
+2. Count input tokens (`tokens.py`), take a snapshot of every backend, keep the candidates (healthy,
+   serving the model, not yet tried) and ask the policy. Each decision is audited and counted.
+3. Send the request (the body as received, unless the priority changed). A backend that refuses the
+   connection, fails before answering, or answers 500/502/503/504 is marked and the request goes to
+   the next decision among the remaining candidates; none left: 503 with `Retry-After`.
+4. Relay the answer. Streams pass through whole events at a time (`sse.py`); if the upstream breaks or
+   ends without `[DONE]`, the client gets an explicit `data: {"error": ...}` event and then
+   `data: [DONE]`, never a silent truncation. A client that goes away closes the upstream request,
+   which makes vLLM abort it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import time
+import uuid
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
+
+from flatshare.gateway.audit import AuditLog, decision_record
+from flatshare.gateway.backends import BackendPool, BackendState
+from flatshare.gateway.config import GatewayConfig
+from flatshare.gateway.errors import GatewayError
+from flatshare.gateway.inbound import Inbound, parse_inbound, read_body
+from flatshare.gateway.metrics import NO_BACKEND, GatewayMetrics
+from flatshare.gateway.policies import Policy
+from flatshare.gateway.relay import response_headers, send_stream, send_whole
+from flatshare.gateway.routing import RequestFeatures, RoutingDecision, Thresholds
+from flatshare.gateway.tenants import Admission, Tenants
+from flatshare.gateway.tokens import TokenCount, TokenCounter
+from flatshare.gateway.upstream import Upstream, UpstreamError
+
+RETRY_STATUSES = frozenset({500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class ProxyParts:
+    """What the proxy works with; built once by the app."""
+
+    config: GatewayConfig
+    pool: BackendPool
+    policy: Policy
+    thresholds: Thresholds | None
+    metrics: GatewayMetrics
+    audit: AuditLog
+    tenants: Tenants
+    counter: TokenCounter
+    upstream: Upstream
+    clock: Callable[[], float] = time.monotonic
+
+
+@dataclass(frozen=True)
+class Job:
+    """One admitted request on its way upstream."""
+
+    inbound: Inbound
+    admission: Admission
+    count: TokenCount
+    features: RequestFeatures
+    payload: bytes
+
+
+class Proxy:
+    """The ASGI endpoint behind /v1/completions (`chat` False) and /v1/chat/completions."""
+
+    def __init__(self, parts: ProxyParts, chat: bool, sequence: Iterator[int]) -> None:
+        self.parts = parts
+        self.chat = chat
+        self._sequence = sequence
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        metrics = self.parts.metrics
+        metrics.in_flight.inc()
+        try:
+            request = Request(scope, receive)
+            job = await self._admit(request)
+            status = await _unless_client_leaves(self._forward(job, send), receive)
+        except GatewayError as exc:
+            metrics.error(exc.kind)
+            status = exc.status
+            await JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)(scope, receive, send)
+        finally:
+            metrics.in_flight.dec()
+        metrics.response(status)
+
+    # -- admission ---------------------------------------------------------------------------------------
+    async def _admit(self, request: Request) -> Job:
+        parts = self.parts
+        inbound = parse_inbound(await read_body(request, parts.config.max_body_bytes), self.chat)
+        admission = parts.tenants.admit(request.headers, inbound.body.get("priority"))
+        known = parts.pool.known_models
+        if inbound.model is not None and known and inbound.model not in known:
+            raise GatewayError(
+                404, f"The model `{inbound.model}` does not exist.", "unknown_model", "NotFoundError", "model"
+            )
+        sequence = next(self._sequence)
+        count = await self._count(inbound, sequence)
+        parts.metrics.counted(admission.cls, count.tokens)
+        request_id = _request_id(request.headers.get("x-request-id"))
+        max_tokens = inbound.body.get("max_tokens")
+        features = RequestFeatures(
+            request_id,
+            count.tokens,
+            sequence,
+            admission.priority,
+            admission.cls,
+            max_tokens if isinstance(max_tokens, int) else None,
+        )
+        return Job(inbound, admission, count, features, _payload(inbound, admission))
+
+    async def _count(self, inbound: Inbound, sequence: int) -> TokenCount:
+        pool = self.parts.pool
+
+        def backend_url() -> str | None:  # only asked when an exact count is wanted
+            candidates = pool.candidates(pool.snapshots(self.parts.clock()), inbound.model)
+            return (
+                pool.by_name[candidates[sequence % len(candidates)].name].config.url if candidates else None
+            )
+
+        count = await self.parts.counter.count(inbound.body, inbound.chat, inbound.model, backend_url)
+        if count.error:
+            self.parts.metrics.error("tokenize")
+        return count
+
+    # -- routing and sending -----------------------------------------------------------------------------
+    async def _forward(self, job: Job, send: Send) -> int:
+        """Send to the chosen backend, re-deciding after a failure; relay the answer; its status."""
+        parts = self.parts
+        tried: list[str] = []
+        for attempt in itertools.count(1):
+            state, decision = self._decide(job, frozenset(tried), attempt)
+            if attempt > 1:
+                parts.metrics.retries.inc()
+            started = parts.clock()
+            try:
+                upstream = await parts.upstream.post(
+                    state.config.url + self._path, job.payload, self._headers(job)
+                )
+            except UpstreamError as exc:
+                state.record_failure(f"proxy: {exc}", refused=exc.refused)
+                parts.metrics.error("upstream_connect")
+                tried.append(state.name)
+                continue
+            if upstream.status in RETRY_STATUSES:
+                await upstream.close()
+                state.record_failure(f"proxy: upstream answered {upstream.status}")
+                parts.metrics.error("upstream_status")
+                tried.append(state.name)
+                continue
+            headers = response_headers(upstream, decision, job.features.request_id)
+            if job.inbound.stream and upstream.status == 200:
+                cls = job.admission.cls
+                await send_stream(upstream, state, headers, parts.metrics, cls, started, parts.clock, send)
+                return 200
+            return await send_whole(upstream, state, headers, send)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @property
+    def _path(self) -> str:
+        return "/v1/chat/completions" if self.chat else "/v1/completions"
+
+    def _headers(self, job: Job) -> dict[str, str]:
+        headers = {"content-type": "application/json", "x-request-id": job.features.request_id}
+        if self.parts.config.backend_api_key:
+            headers["authorization"] = f"Bearer {self.parts.config.backend_api_key}"
+        return headers
+
+    def _decide(self, job: Job, tried: frozenset[str], attempt: int) -> tuple[BackendState, RoutingDecision]:
+        parts = self.parts
+        snapshots = parts.pool.snapshots(parts.clock())
+        candidates = parts.pool.candidates(snapshots, job.inbound.model, tried)
+        decision = parts.policy(job.features, candidates) if candidates else None
+        parts.audit.write(
+            decision_record(
+                request_id=job.features.request_id,
+                admission=job.admission,
+                model=job.inbound.model,
+                stream=job.inbound.stream,
+                count=job.count,
+                policy=parts.config.policy,
+                thresholds=parts.thresholds,
+                snapshots=snapshots,
+                candidates=candidates,
+                decision=decision,
+                attempt=attempt,
+            )
+        )
+        if decision is None:
+            parts.metrics.decided(NO_BACKEND, "no_backend", None)
+            raise _no_backend(job.inbound.model, sorted(tried), parts.config.retry_after_s)
+        preferred = next(s for s in snapshots if s.name == decision.preferred)
+        parts.metrics.decided(decision.backend, decision.reason, preferred.pressure)
+        return parts.pool.by_name[decision.backend], decision
+
+
+CLIENT_GONE = 499  # nginx's "client closed request": counted, never sent
+
+
+async def _unless_client_leaves(forward: Coroutine[Any, Any, int], receive: Receive) -> int:
+    """Run `forward` until it ends or the client disconnects, whichever is first. A client leaving
+    cancels it, which closes the upstream response (relay.py), so vLLM aborts the request: while
+    waiting for a non-streaming answer or for the first event as well as mid-stream."""
+    work = asyncio.ensure_future(forward)
+    gone = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait((work, gone), return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # this handler itself cancelled (a shutdown that stopped waiting)
+        work.cancel()
+        raise
+    finally:
+        gone.cancel()
+    if work.done():
+        return work.result()
+    work.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await work
+    return CLIENT_GONE
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _payload(inbound: Inbound, admission: Admission) -> bytes:
+    """The body to send: as received, unless the priority to forward differs from the body's."""
+    if inbound.body.get("priority", 0) == admission.priority:
+        return inbound.raw
+    body: dict[str, Any] = {**inbound.body, "priority": admission.priority}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _request_id(given: str | None) -> str:
+    if given and len(given) <= 128 and given.isprintable():
+        return given
+    return f"gw-{uuid.uuid4().hex}"
+
+
+def _no_backend(model: str | None, tried: list[str], retry_after_s: int) -> GatewayError:
+    what = f"serves model {model!r}" if model else "is available"
+    failed = f" (failed for this request: {', '.join(tried)})" if tried else ""
+    return GatewayError(
+        503,
+        f"no healthy backend {what}{failed}; try again later",
+        "no_backend",
+        "ServiceUnavailableError",
+        headers={"Retry-After": str(retry_after_s)},
+    )

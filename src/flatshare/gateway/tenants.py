@@ -1,0 +1,82 @@
+"""Who is calling, and the priority their request may have.
+
+With tenants configured, every request needs `Authorization: Bearer <key>` with a key of one tenant
+(else 401). A request's priority is, in order: its body's `priority` (vLLM's meaning: lower runs first),
+else the priority of its class (header `X-Flatshare-Class`, names from the `classes` table; an unknown
+name is refused with 400), else 0. It is then clamped to the tenant's `max_priority`: a tenant asking for
+a more important (lower) priority than it may use is forwarded with `max_priority`, never refused, and
+the audit log records both numbers. No tenant can raise its own priority.
+
+Without tenants the gateway runs open: no key is needed and priorities pass unchanged (it says so at
+start-up).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from flatshare.gateway.config import GatewayConfig, TenantConfig
+from flatshare.gateway.errors import GatewayError
+
+CLASS_HEADER = "x-flatshare-class"
+OPEN_TENANT = "open"
+DEFAULT_CLASS = "default"
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The caller and the priority their request goes on with."""
+
+    tenant: str
+    cls: str
+    requested_priority: int | None
+    priority: int
+
+    @property
+    def clamped(self) -> bool:
+        return self.requested_priority is not None and self.requested_priority != self.priority
+
+
+class Tenants:
+    """API key -> tenant, and the priority rule (module docstring)."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.open = config.open
+        self.classes = dict(config.classes)
+        self._by_key: dict[str, TenantConfig] = {key: t for t in config.tenants for key in t.api_keys}
+
+    def tenant(self, authorization: str | None) -> TenantConfig | None:
+        """The calling tenant (None when open); 401 without a known key."""
+        if self.open:
+            return None
+        scheme, _, key = (authorization or "").partition(" ")
+        tenant = self._by_key.get(key.strip()) if scheme.lower() == "bearer" else None
+        if tenant is None:
+            raise GatewayError(
+                401,
+                "a valid API key is required: send 'Authorization: Bearer <key>'",
+                "unauthorized",
+                "AuthenticationError",
+            )
+        return tenant
+
+    def admit(self, headers: Mapping[str, str], body_priority: object) -> Admission:
+        tenant = self.tenant(headers.get("authorization"))
+        cls = headers.get(CLASS_HEADER) or DEFAULT_CLASS
+        if cls != DEFAULT_CLASS and cls not in self.classes:
+            known = ", ".join(sorted(self.classes)) or "none configured"
+            raise GatewayError(
+                400, f"unknown class {cls!r} in {CLASS_HEADER} (known: {known})", "bad_request"
+            )
+        if body_priority is not None and (
+            not isinstance(body_priority, int) or isinstance(body_priority, bool)
+        ):
+            raise GatewayError(
+                400, f"'priority' must be an integer, got {body_priority!r}", "bad_request", param="priority"
+            )
+        requested = body_priority if body_priority is not None else self.classes.get(cls)
+        priority = requested if requested is not None else 0
+        if tenant is not None:
+            priority = max(priority, tenant.max_priority)
+        return Admission(tenant.name if tenant else OPEN_TENANT, cls, requested, priority)

@@ -1,0 +1,132 @@
+"""The HTTP client the gateway talks to backends with (proxied requests, polls, /tokenize), behind one
+small interface.
+
+Two implementations, chosen by the config key `upstream_client`:
+- `native` (`upstream_native.py`): a small HTTP/1.1 client on asyncio and the `httptools` parser, for
+  `http://` backends. The fast path: it keeps the gateway near its latency and rate targets.
+- `httpx` (`httpx.AsyncClient`): pure Python over anyio; any URL, but measured here
+  (benchmarks/gateway_overhead.py) it costs 1-2 ms of CPU per request and sustains a few hundred
+  streams per second at most.
+- `auto` (default): `native` when `httptools` can be imported (it comes with `uvicorn[standard]` and
+  vLLM) and every backend is `http://`, else `httpx`.
+Both keep connections alive, pass bytes through undecoded, bound connecting by `connect_timeout_s` and
+each wait for data by `upstream_timeout_s`, and raise `UpstreamError` (with `refused` for a connection
+that could not be opened) for every transport failure, before or during the response.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import AsyncIterator, Iterable
+from typing import Protocol
+
+import httpx
+
+UPSTREAM_CLIENTS = ("auto", "native", "httpx")
+
+
+class UpstreamError(Exception):
+    """A transport failure talking to a backend; `refused` when no connection could be opened."""
+
+    def __init__(self, message: str, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
+class UpstreamResponse(Protocol):
+    status: int
+    headers: list[tuple[str, str]]
+
+    def chunks(self) -> AsyncIterator[bytes]: ...
+
+    async def read(self) -> bytes: ...
+
+    async def close(self) -> None: ...
+
+
+class Upstream(Protocol):
+    """`post` streams a proxied request's answer; `fetch` reads a small one whole (polls, /tokenize)."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> UpstreamResponse: ...
+
+    async def fetch(self, url: str, timeout_s: float, json_body: object = None) -> tuple[int, bytes]: ...
+
+    async def close(self) -> None: ...
+
+
+def resolve_client(kind: str, urls: Iterable[str] = ()) -> str:
+    """`auto` -> `native` when `httptools` imports and every URL is plain http, else `httpx`."""
+    if kind != "auto":
+        return kind
+    plain = all(url.startswith("http://") for url in urls)
+    return "native" if plain and importlib.util.find_spec("httptools") is not None else "httpx"
+
+
+def make_upstream(
+    kind: str, urls: Iterable[str], connect_timeout_s: float, read_timeout_s: float, max_connections: int
+) -> Upstream:
+    if resolve_client(kind, urls) == "native":
+        from flatshare.gateway.upstream_native import NativeUpstream
+
+        return NativeUpstream(connect_timeout_s, read_timeout_s, max_connections)
+    return HttpxUpstream(connect_timeout_s, read_timeout_s, max_connections)
+
+
+# -- httpx ------------------------------------------------------------------------------------------------
+class _HttpxResponse:
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self.status = response.status_code
+        self.headers = list(response.headers.items())
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.aiter_raw():
+                yield chunk
+        except httpx.HTTPError as exc:
+            raise UpstreamError(repr(exc)) from exc
+
+    async def read(self) -> bytes:
+        try:
+            return await self._response.aread()
+        except httpx.HTTPError as exc:
+            raise UpstreamError(repr(exc)) from exc
+
+    async def close(self) -> None:
+        await self._response.aclose()
+
+
+class HttpxUpstream:
+    name = "httpx"
+
+    def __init__(self, connect_timeout_s: float, read_timeout_s: float, max_connections: int) -> None:
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=256)
+        timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
+        self._client = httpx.AsyncClient(limits=limits, timeout=timeout)
+
+    async def start(self) -> None:
+        return None
+
+    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> UpstreamResponse:
+        request = self._client.build_request("POST", url, content=body, headers=headers)
+        try:
+            return _HttpxResponse(await self._client.send(request, stream=True))
+        except httpx.HTTPError as exc:
+            raise UpstreamError(repr(exc), refused=isinstance(exc, httpx.ConnectError)) from exc
+
+    async def fetch(self, url: str, timeout_s: float, json_body: object = None) -> tuple[int, bytes]:
+        try:
+            if json_body is None:
+                response = await self._client.get(url, timeout=timeout_s)
+            else:
+                response = await self._client.post(url, json=json_body, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            raise UpstreamError(repr(exc), refused=isinstance(exc, httpx.ConnectError)) from exc
+        return response.status_code, response.content
+
+    async def close(self) -> None:
+        await self._client.aclose()
