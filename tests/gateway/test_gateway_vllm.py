@@ -96,7 +96,8 @@ def test_requests_pass_through_to_real_vllm(gateway: tuple[str, Path]) -> None:
     assert plain.json()["usage"]["completion_tokens"] == 6
     with httpx.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}, timeout=60) as response:
         events = read_events(response)
-    assert events[-1] == "[DONE]" and len(events) == 7
+    # vLLM may put several tokens in one chunk under load: 6 tokens arrive in 1 to 6 chunks.
+    assert events[-1] == "[DONE]" and 2 <= len(events) <= 7
     bad = httpx.post(f"{url}/v1/completions", json={"model": "tiny", "prompt": [1] * 2000}, timeout=60)
     assert bad.status_code == 400 and "maximum context length" in bad.json()["error"]["message"]  # vLLM's own
 
@@ -144,7 +145,9 @@ def test_long_requests_move_off_the_real_server_under_kv_pressure(
             not answers or answers[-1].headers.get("x-flatshare-reason") != "kv_pressure"
         ):
             wait_for(
-                lambda: (backend_rows(url)["b0"]["kv_usage"] or 0) > 0.3, 20.0, "the real server's KV to fill"
+                lambda: (backend_rows(url)["b0"]["kv_usage"] or 0) > 0.3,
+                20.0,
+                lambda: f"the real server's KV to fill: {backend_rows(url)['b0']}, {len(answers)} sent",
             )
             body = {"model": "tiny", "prompt": prompt, "max_tokens": 3}
             answers.append(httpx.post(f"{url}/v1/completions", json=body, timeout=60))

@@ -36,8 +36,9 @@ def _gauges(text: str) -> dict[str, float]:
 
 def test_scarce_kv_makes_requests_wait_and_metrics_show_it() -> None:
     # 2048 tokens of KV (128 blocks): a 900-token prompt + 60 outputs needs 60 blocks, so only two fit.
+    # vLLM keeps one block as its null block: the longest request is 127 blocks.
     n, prompt, out = 6, 900, 60
-    with sim_server(kv_tokens=2048, max_model_len=2048) as url:
+    with sim_server(kv_tokens=2048, max_model_len=2032) as url:
         before = scrape(url)
 
         async def go() -> tuple[list[Stream], list[dict[str, float]]]:
@@ -113,5 +114,7 @@ def test_many_concurrent_streams_keep_wall_clock_pace() -> None:
         wall = time.perf_counter() - started
         lag = scrape(url)["flatshare:serve_sim_max_lag_seconds"]
     assert all(s.done and len(s.pieces()) == out for s in streams)
-    assert lag < 0.5, f"the runner fell {lag:.3f} s behind wall time"
+    # The bound leaves room for a shared 2-core machine's stalls; a runner that did not keep pace would
+    # fall behind by the whole run (64 streams x 40 tokens), seconds more.
+    assert lag < 2.0, f"the runner fell {lag:.3f} s behind wall time"
     assert out * STEP_S <= wall < 10

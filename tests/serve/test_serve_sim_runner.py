@@ -45,7 +45,8 @@ def test_tokens_arrive_when_the_virtual_clock_says(speed: float) -> None:
     assert deltas[-1][1].finish_reason == "length"
     elapsed = deltas[-1][0] - start
     assert virtual_end >= n * PROFILE.step_fixed_s
-    assert virtual_end / speed * 0.9 <= elapsed <= virtual_end / speed + 0.25
+    # Never early; late only by scheduling noise of a shared machine.
+    assert virtual_end / speed * 0.9 <= elapsed <= virtual_end / speed + 1.0
 
 
 def test_abort_before_admission_still_frees_the_request() -> None:
