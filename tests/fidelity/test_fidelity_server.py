@@ -114,6 +114,7 @@ def test_both_real_runs_and_the_sim_served_every_request(
     assert len(result.real) == 2 and all(r.noise is not None for r in _rows(results[name], ENGINE_ROWS))
 
 
+@pytest.mark.load_sensitive
 @pytest.mark.parametrize("name", ["stock", "make-room"])
 def test_the_sim_is_within_the_noise_bounds_on_the_engine_rows(
     results: dict[str, FidelitySummary], name: str

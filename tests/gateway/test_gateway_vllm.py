@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,9 @@ def test_requests_pass_through_to_real_vllm(gateway: tuple[str, Path]) -> None:
     assert bad.status_code == 400 and "maximum context length" in bad.json()["error"]["message"]  # vLLM's own
 
 
+FILLED: list[str] = []  # how each filler request ended, quoted if the KV never fills
+
+
 def keep_full(url: str, seed: int, stop: threading.Event) -> None:
     """Other traffic on the real server: requests of ~1000 tokens of KV each, one after another (the tiny
     model decodes 300 tokens in under a second, so one request alone would not last)."""
@@ -112,7 +116,12 @@ def keep_full(url: str, seed: int, stop: threading.Event) -> None:
         "ignore_eos": True,
     }
     while not stop.is_set():
-        httpx.post(f"{url}/v1/completions", json=body, timeout=120)
+        started = time.monotonic()
+        try:
+            status = str(httpx.post(f"{url}/v1/completions", json=body, timeout=120).status_code)
+        except httpx.HTTPError as exc:
+            status = repr(exc)
+        FILLED.append(f"{seed}:{status}:{time.monotonic() - started:.2f}s")
 
 
 def replayed(line: dict[str, Any]) -> tuple[str, str]:
@@ -127,6 +136,7 @@ def replayed(line: dict[str, Any]) -> tuple[str, str]:
     return decision.backend, decision.reason
 
 
+@pytest.mark.load_sensitive
 def test_long_requests_move_off_the_real_server_under_kv_pressure(
     backends: tuple[VllmServer, str], gateway: tuple[str, Path]
 ) -> None:
@@ -147,7 +157,9 @@ def test_long_requests_move_off_the_real_server_under_kv_pressure(
             wait_for(
                 lambda: (backend_rows(url)["b0"]["kv_usage"] or 0) > 0.3,
                 20.0,
-                lambda: f"the real server's KV to fill: {backend_rows(url)['b0']}, {len(answers)} sent",
+                lambda: (
+                    f"the real server's KV to fill: {backend_rows(url)['b0']}, {len(answers)} sent, {FILLED[-8:]}"
+                ),
             )
             body = {"model": "tiny", "prompt": prompt, "max_tokens": 3}
             answers.append(httpx.post(f"{url}/v1/completions", json=body, timeout=60))

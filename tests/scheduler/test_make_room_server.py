@@ -34,7 +34,7 @@ import pytest
 from flatshare.testing.tiny_model import make_tiny_model
 from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
 
-pytestmark = [pytest.mark.server, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.server, pytest.mark.load_sensitive, pytest.mark.timeout(600)]
 
 NUM_GPU_BLOCKS = 1280  # of 32 tokens; 1279 usable (one is vLLM's null block): 40,928 tokens
 MAX_MODEL_LEN = 20480
