@@ -2,24 +2,26 @@
 
 Two servers, one after the other and otherwise identical (`--scheduling-policy priority`, a KV cache of
 `NUM_GPU_BLOCKS` blocks): vLLM's stock scheduler, then `MakeRoomScheduler` with make-room enabled.
-In each, two low-priority streams (priority 10) fill the KV cache: their prompts take it to 90 %, and
+In each, two low-priority streams (priority 10) take 59 % of the KV cache with their prompts, and
 their outputs grow into the rest, ending just short of full, so vLLM itself never has to preempt.
-Once `/metrics` shows the cache over 90 % full, a short high-priority stream (priority 0) arrives whose
-prompt needs more blocks than are free.
+Once both have their first token (both prompts in the cache: 750 of 1,279 blocks), a high-priority request
+(priority 0) arrives whose prompt needs more blocks (625) than are free (529 at most).
 
 vLLM 0.32 admits a waiting request only when its whole prompt fits (`scheduler_reserve_full_isl`) and
 never preempts for a waiting one, so under the stock scheduler the high-priority request waits until a
-low-priority one finishes: as long as the rest of the low-priority decode, about 1,900 steps (6-10 s
-on two shared cores). make-room preempts one low-priority request in the next step, so the first
-token comes after one prefill (about 0.1-0.2 s here; 1.2 s at worst on a loaded machine); the
-victim is recomputed afterwards and still produces all its tokens.
+low-priority one finishes: as long as the rest of the low-priority decode (8,400 tokens, about 30 s on
+two shared cores). make-room preempts one low-priority request in the next step, so the first token
+comes after one 20k-token prefill (1-3 s here); the victim is recomputed afterwards and still produces
+all its tokens.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import re
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,27 +36,35 @@ import pytest
 from flatshare.testing.tiny_model import make_tiny_model
 from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
 
-pytestmark = [pytest.mark.server, pytest.mark.load_sensitive, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.server, pytest.mark.timeout(600)]
 
 NUM_GPU_BLOCKS = 1280  # of 32 tokens; 1279 usable (one is vLLM's null block): 40,928 tokens
 MAX_MODEL_LEN = 20480
-# Each low-priority request: 575 blocks of prompt (2 x 575 = 1150, 89.9 % of 1279); it crosses 90 %
-# with its first output tokens and holds 638 blocks when done: 1276 in all, so nothing is preempted.
-LOW_PROMPT, LOW_OUTPUT = 18400, 2000
-# 141 blocks: more than the at most 127 (10 %) free once the cache is over 90 % full.
-HIGH_PROMPT, HIGH_OUTPUT = 4500, 8
-FULL = 0.9
+# Each low-priority request: 375 blocks of prompt (750 for both, leaving 529 free), growing by its output
+# to 638 blocks: 1276 in all when both are done, so vLLM itself never has to preempt. Their decode lasts
+# about 30 s, so the high-priority request arrives well before either ends even when the client process is
+# starved of CPU for seconds (seen: 2-8 s on two cores shared with vLLM's three busy processes).
+LOW_PROMPT, LOW_OUTPUT = 12000, 8400
+# 625 blocks of prompt: more than the at most 529 free once both low-priority prompts are in the cache,
+# and at most one victim's blocks (375 or more) more than that at any time, so one victim suffices.
+HIGH_PROMPT, HIGH_OUTPUT = 20000, 8
 LOW_PRIORITY, HIGH_PRIORITY = 10, 0
 VOCAB = 512
 LOW_STREAM_INTERVAL = 64  # fewer chunks for the long streams: less work for two busy cores
 
 HTTP_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 FILL_DEADLINE_S = 60.0
-STREAM_DEADLINE_S = 120.0
+STREAM_DEADLINE_S = 180.0
 # The scenario holds only if the high-priority request arrived while the low-priority ones still had
-# this long to run; a stalled machine can delay the /metrics poll past that, and then it is run again.
+# this long to run, and if vLLM's API server kept streaming meanwhile. On two cores it shares one with
+# the engine-core process (which polls while busy) and the test client, and at times falls behind:
+# its streams then go silent for seconds (seen: up to 10 s), and a request sent meanwhile reaches the
+# engine late. A silence in the low-priority streams (a chunk every ~0.25 s otherwise) longer than
+# MAX_SILENCE_S and than half the high-priority request's TTFT could account for most of that TTFT;
+# such an attempt is run again.
 MIN_LEFT_S = 3.0
-ATTEMPTS = 3
+MAX_SILENCE_S = 2.0
+ATTEMPTS = 4
 
 
 @dataclass
@@ -68,6 +78,13 @@ class Stream:
     finish_reason: str | None = None
     completion_tokens: int | None = None
     chunks: int = 0
+    arrivals: list[float] = field(default_factory=list)
+    started: threading.Event = field(default_factory=threading.Event)
+
+    def silence_s(self, start: float, end: float) -> float:
+        """The longest time in `[start, end]` without a chunk of this stream (its end counts as one)."""
+        marks = [start, *(t for t in self.arrivals if start < t < end), end]
+        return max(b - a for a, b in itertools.pairwise(marks))
 
     @property
     def ttft_s(self) -> float:
@@ -83,7 +100,6 @@ class Scenario:
     attempt: int
     lows: list[Stream]
     high: Stream
-    fill_usage: float
     metrics: dict[str, float]
     trace: list[dict[str, Any]] = field(default_factory=list)
 
@@ -91,6 +107,16 @@ class Scenario:
     def left_s(self) -> float:
         """How long the first low-priority request still ran after the high-priority one was sent."""
         return min(s.finished or 0.0 for s in self.lows) - self.high.sent
+
+    @property
+    def silence_s(self) -> float:
+        """The longest silence of a low-priority stream while the high-priority request was pending."""
+        end = min(self.high.first or 0.0, *(s.finished or 0.0 for s in self.lows))
+        return max(s.silence_s(self.high.sent, max(end, self.high.sent)) for s in self.lows)
+
+    @property
+    def valid(self) -> bool:
+        return self.left_s >= MIN_LEFT_S and self.silence_s <= max(MAX_SILENCE_S, self.high.ttft_s / 2)
 
     @property
     def low_decode_tok_s(self) -> float:
@@ -105,8 +131,8 @@ class Scenario:
         )
         return (
             f"{self.name} (attempt {self.attempt}): high-priority TTFT {self.high.ttft_s:.3f} s, sent at "
-            f"{self.high.sent - start:.2f} s (KV usage {self.fill_usage:.3f}, {self.left_s:.2f} s before a "
-            f"low-priority request finished); lows [{lows}] at {self.low_decode_tok_s:.0f} tok/s; "
+            f"{self.high.sent - start:.2f} s ({self.left_s:.2f} s before a "
+            f"low-priority request finished, streams silent for {self.silence_s:.2f} s at most); lows [{lows}] at {self.low_decode_tok_s:.0f} tok/s; "
             f"preemptions {self.metrics.get('vllm:num_preemptions_total')}"
         )
 
@@ -155,8 +181,10 @@ def _stream(url: str, stream: Stream, body: dict[str, Any]) -> Stream:
                 chunk = json.loads(line.removeprefix("data: "))
                 for choice in chunk.get("choices") or ():
                     stream.chunks += 1
+                    stream.arrivals.append(time.monotonic())
                     if stream.first is None:
-                        stream.first = time.monotonic()
+                        stream.first = stream.arrivals[-1]
+                        stream.started.set()
                     if choice.get("finish_reason"):
                         stream.finish_reason = choice["finish_reason"]
                         stream.finished = time.monotonic()
@@ -177,24 +205,12 @@ def _run_scenario(server: VllmServer, name: str, attempt: int, trace_path: Path 
             body = {**low_body, "prompt": _prompt(seed + i, LOW_PROMPT)}
             futures.append(pool.submit(_stream, server.url, low, body))
             time.sleep(0.05)
-        began = time.monotonic()
-        seen: dict[str, float] = {}
-        while time.monotonic() - began < FILL_DEADLINE_S and not any(f.done() for f in futures):
-            seen = _metrics(client)
-            if seen.get("vllm:kv_cache_usage_perc", 0.0) > FULL:
-                break
-            time.sleep(0.05)
-        usage = seen.get("vllm:kv_cache_usage_perc", 0.0)
-        # The premise, checked before it is relied on: both low-priority requests are running and hold
-        # more than 90 % of the KV cache, so the high-priority prompt (more blocks than are left) does
-        # not fit as it is.
-        assert usage > FULL, (
-            f"{name}: KV usage only {usage:.3f} after {FILL_DEADLINE_S} s\n{server.log_tail()}"
-        )
-        assert seen.get("vllm:num_requests_running") == len(lows), (name, seen)
-        assert not any(f.done() for f in futures), (
-            f"{name}: a low-priority request ended before the cache filled"
-        )
+        # A low-priority request's first token ends its prefill: once both have one, both prompts are
+        # in the cache, so the high-priority prompt (more blocks than are left) does not fit as it is.
+        # The trigger is the streams, not `/metrics` polls, which the API server may answer late.
+        for low in lows:
+            assert low.started.wait(FILL_DEADLINE_S), f"{name}: no first token\n{server.log_tail()}"
+        assert not any(f.done() for f in futures), f"{name}: a low-priority request ended early"
         high_body = {
             "max_tokens": HIGH_OUTPUT,
             "priority": HIGH_PRIORITY,
@@ -207,7 +223,7 @@ def _run_scenario(server: VllmServer, name: str, attempt: int, trace_path: Path 
     trace = []
     if trace_path is not None and trace_path.exists():
         trace = [json.loads(line) for line in trace_path.read_text().splitlines() if line.strip()]
-    return Scenario(name, attempt, lows, high, usage, metrics, trace)
+    return Scenario(name, attempt, lows, high, metrics, trace)
 
 
 def _config(model: Path, trace_path: Path | None) -> VllmServerConfig:
@@ -246,7 +262,7 @@ def scenarios(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
             for attempt in range(1, ATTEMPTS + 1):
                 results[name] = _run_scenario(server, name, attempt, trace_path)
                 print(results[name].summary())
-                if results[name].left_s >= MIN_LEFT_S:
+                if results[name].valid:
                     break
     yield results
 
@@ -256,8 +272,11 @@ def test_the_high_priority_request_arrived_while_the_cache_was_full(
     scenarios: dict[str, Scenario], name: str
 ) -> None:
     scenario = scenarios[name]
-    assert scenario.fill_usage > FULL, scenario.summary()
-    assert scenario.left_s >= MIN_LEFT_S, f"the machine stalled in every attempt: {scenario.summary()}"
+    # Both prompts were in the cache: each low-priority request had its first token (its prefill done).
+    assert all(s.first is not None and s.first < scenario.high.sent for s in scenario.lows), (
+        scenario.summary()
+    )
+    assert scenario.valid, f"the machine stalled in every attempt: {scenario.summary()}"
 
 
 def test_under_the_stock_scheduler_it_waits_for_memory(scenarios: dict[str, Scenario]) -> None:
@@ -270,7 +289,7 @@ def test_under_the_stock_scheduler_it_waits_for_memory(scenarios: dict[str, Scen
 
 def test_make_room_gives_the_first_token_sooner(scenarios: dict[str, Scenario]) -> None:
     stock, make_room = scenarios["stock"], scenarios["make-room"]
-    # Measured: stock 7-10 s, make-room 0.1-0.2 s (1.2 s at worst, with the machine loaded).
+    # Measured: see the module docstring.
     assert make_room.high.ttft_s < stock.high.ttft_s / 3, f"{stock.summary()}\n{make_room.summary()}"
     assert make_room.high.ttft_s < 0.5 * make_room.left_s, make_room.summary()
 
