@@ -13,7 +13,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,23 +37,26 @@ def free_port() -> int:
 
 
 class ThreadServer:
-    """Serve an ASGI app on 127.0.0.1 in a daemon thread (uvicorn, lifespan on)."""
+    """Serve an ASGI app on 127.0.0.1 in a daemon thread (uvicorn, lifespan on), on a socket bound
+    before the thread starts (no window for another process to take the port)."""
 
     def __init__(
         self, app: Any, graceful_s: int = 2, keep_alive_s: int = 5, log_level: str = "warning"
     ) -> None:
-        self.port = free_port()
+        self.socket = socket.socket()
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = int(self.socket.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
             app,
-            port=self.port,
             log_level=log_level,
             lifespan="on",
             timeout_graceful_shutdown=graceful_s,
             timeout_keep_alive=keep_alive_s,
         )
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
 
     def __enter__(self) -> ThreadServer:
         self.thread.start()
@@ -66,6 +69,7 @@ class ThreadServer:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(10)
+        self.socket.close()
 
 
 # -- a scriptable fake vLLM -------------------------------------------------------------------------------
@@ -185,10 +189,12 @@ def running_gateway(config: GatewayConfig) -> Iterator[tuple[Gateway, str]]:
         yield gateway, server.url
 
 
-def wait_for(predicate: Any, timeout_s: float = 5.0, what: str = "condition") -> None:
+def wait_for(predicate: Any, timeout_s: float = 5.0, what: str | Callable[[], str] = "condition") -> None:
+    """Poll `predicate` until true; `what` (a string, or a function called on failure) names it."""
     deadline = time.monotonic() + timeout_s
     while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
         time.sleep(0.02)
 
 

@@ -16,6 +16,9 @@ Definitions (`AttributionConfig`):
 - A routing decision that moved a request away (reason `kv_pressure`) is *backed live* when an event on
   its preferred engine was in progress at the decision time; *backed counterfactually* when, in the
   baseline run of the same workload and seed, the moved request was responsible for an event.
+
+A run without occupancy data or a step-time profile (a run against a real gateway) has no events:
+`has_occupancy` says whether a run can be attributed at all.
 """
 
 from __future__ import annotations
@@ -160,9 +163,17 @@ def _merge(slowed: list[Slowed]) -> list[list[Slowed]]:
     return groups
 
 
+def has_occupancy(run: SavedRun) -> bool:
+    """Whether the run recorded per-request KV holdings and was priced by a profile (simulated runs)."""
+    return bool(run.occupancy) and run.facts.get("profile") is not None
+
+
 def pressure_events(run: SavedRun, config: AttributionConfig | None = None) -> list[PressureEvent]:
-    """Every pressure event of a saved run (module docstring), in time order per engine."""
+    """Every pressure event of a saved run (module docstring), in time order per engine; none for a run
+    without occupancy data (`has_occupancy`)."""
     config = config or AttributionConfig()
+    if not has_occupancy(run):
+        return []
     engine = run.facts["engine_config"]
     profile = load_profile(run.facts["profile"])
     slowed = slowed_shorts(run.records, profile, int(engine["max_num_batched_tokens"]), config)

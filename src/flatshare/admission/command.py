@@ -1,7 +1,10 @@
 """The body of `flatshare experiment admission`: plain arguments in, an experiment folder out.
 
 The CLI maps its options one to one onto `experiment_admission`; a `None` option keeps the plan's
-value (`quick_plan` or `full_plan`). Errors in the options raise `InputError`.
+value (`quick_plan` or `full_plan`). Errors in the options raise `InputError`. With `endpoint` the
+experiment runs against a running gateway (`endpoint.py`); the synthetic sizes (`long_tokens`,
+`short_prompt`, `short_max_tokens`, `long_max_tokens`), `model`, `trace_seconds` and `admin_token`
+belong to that mode only.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flatshare.admission.plan import AdmissionPlan, full_plan, quick_plan
+from flatshare.admission.plan import AdmissionPlan, SyntheticPlan, full_plan, quick_plan
 from flatshare.errors import InputError
 
 DEFAULT_TRACES = Path("../shared/traces")
@@ -26,6 +29,155 @@ def parse_engines(text: str) -> tuple[int, ...]:
     if not counts or min(counts) < 2:
         raise InputError(f"--engines: each cluster needs at least 2 engines, got {text!r}")
     return counts
+
+
+def parse_short_prompt(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition(",")
+    try:
+        bounds = (int(low), int(high))
+    except ValueError:
+        raise InputError(f"--short-prompt: expected LOW,HIGH (integers), got {text!r}") from None
+    if not sep or not 1 <= bounds[0] <= bounds[1]:
+        raise InputError(f"--short-prompt: expected 1 <= LOW <= HIGH, got {text!r}")
+    return bounds
+
+
+@dataclasses.dataclass(frozen=True)
+class EndpointOptions:
+    """The endpoint-mode options as given (None: the plan's value)."""
+
+    admin_token: str = dataclasses.field(default="", repr=False)
+    model: str | None = None
+    long_tokens: int | None = None
+    long_max_tokens: int | None = None
+    short_prompt: str | None = None
+    short_max_tokens: int | None = None
+    trace_seconds: float | None = None
+    long_first: bool = True
+    priorities: bool = False
+
+    def given(self) -> list[str]:
+        names = (
+            "model",
+            "long_tokens",
+            "long_max_tokens",
+            "short_prompt",
+            "short_max_tokens",
+            "trace_seconds",
+        )
+        out = [f"--{n.replace('_', '-')}" for n in names if getattr(self, n) is not None]
+        flags = ([] if self.long_first else ["--no-long-first"]) + (
+            ["--priorities"] if self.priorities else []
+        )
+        return out + flags  # a token may come from the environment
+
+
+def synthetic_for_endpoint(
+    base: SyntheticPlan, options: EndpointOptions, backends: int, max_model_len: int | None
+) -> SyntheticPlan:
+    """The synthetic case with the options' sizes, on the gateway's backends; InputError when they do not fit."""
+    from flatshare.admission.plan import endpoint_thresholds
+
+    changes: dict[str, Any] = {"engines": backends, "long_first": options.long_first}
+    if options.long_tokens is not None:
+        changes["long_tokens"] = options.long_tokens
+    if options.long_max_tokens is not None:
+        changes["long_max_tokens"] = options.long_max_tokens
+    if options.short_prompt is not None:
+        changes["short_prompt"] = parse_short_prompt(options.short_prompt)
+    if options.short_max_tokens is not None:
+        changes["short_max_tokens"] = options.short_max_tokens
+    try:
+        plan = dataclasses.replace(base, **changes)
+    except ValueError as exc:
+        raise InputError(f"experiment admission: {exc}") from None
+    if plan.long_tokens < 2 or plan.long_max_tokens < 1:
+        raise InputError(
+            f"--long-tokens must be >= 2 and --long-max-tokens >= 1, got {plan.long_tokens}, {plan.long_max_tokens}"
+        )
+    threshold = endpoint_thresholds(plan.long_tokens).input_tokens
+    if plan.short_prompt[1] >= threshold:
+        raise InputError(
+            f"--short-prompt: the longest short ({plan.short_prompt[1]} tokens) must stay below the input "
+            f"threshold min(8192, --long-tokens / 2) = {threshold}; raise --long-tokens or lower --short-prompt"
+        )
+    if max_model_len is not None:
+        for what, size in (
+            ("--long-tokens + --long-max-tokens", plan.long_tokens + plan.long_max_tokens),
+            ("the longest short prompt + --short-max-tokens", plan.short_prompt[1] + plan.short_max_tokens),
+        ):
+            if size > max_model_len:
+                raise InputError(
+                    f"{what} = {size} exceeds the model's max_model_len {max_model_len}; lower --long-tokens"
+                )
+    return plan
+
+
+def run_endpoint(
+    out: Path,
+    endpoint: str,
+    options: EndpointOptions,
+    seeds: int | None,
+    windows: int | None,
+    traces: Path,
+    sharegpt: Path | None,
+    on_progress: Callable[[int, int], None] | None,
+) -> dict[str, Any]:
+    """Endpoint mode (`endpoint.py`): check the gateway, run every condition through it, restore its
+    routing (also on error or Ctrl-C), then build the report from the saved runs."""
+    import httpx
+
+    from flatshare.admission.gatewayclient import TIMEOUT, check_gateway, put_routing
+    from flatshare.admission.plan import trace_cases
+
+    if options.trace_seconds is not None:
+        if not options.trace_seconds > 0:
+            raise InputError(f"--trace-seconds must be > 0, got {options.trace_seconds}")
+        if not traces.is_dir():
+            raise InputError(
+                f"--traces: {traces} is not a folder (it should hold azure-llm-2023/ and mooncake-fast25/)"
+            )
+    if sharegpt is not None and not sharegpt.is_file():
+        raise InputError(f"--sharegpt: {sharegpt}: no such file")
+    if seeds is not None and seeds < 1:
+        raise InputError(f"--seeds must be >= 1, got {seeds}")
+    with httpx.Client(timeout=TIMEOUT) as client:
+        gateway = check_gateway(endpoint, options.admin_token, options.model, client)
+        base = SyntheticPlan(seeds=seeds) if seeds is not None else SyntheticPlan()
+        synthetic = synthetic_for_endpoint(base, options, len(gateway.backends), gateway.max_model_len)
+        from flatshare.admission.endpoint import EndpointExperiment, EndpointPlan, restore
+        from flatshare.admission.report import build_report
+        from flatshare.replay.wallclock import run_in_loop
+
+        try:
+            plan = EndpointPlan(
+                gateway,
+                synthetic,
+                traces=trace_cases(traces, True, sharegpt) if options.trace_seconds else (),
+                trace_s=options.trace_seconds,
+                windows=windows or 1,
+                priorities=options.priorities,
+            )
+        except ValueError as exc:
+            raise InputError(f"experiment admission: {exc}") from None
+        total = plan.count_runs()
+        done = [0]
+
+        def advance(_: str) -> None:
+            done[0] += 1
+            if on_progress is not None:
+                on_progress(done[0], total)
+
+        def put(change: dict[str, Any]) -> None:
+            put_routing(client, gateway.url, options.admin_token, change)
+
+        start = time.monotonic()
+        try:
+            run_in_loop(EndpointExperiment(out, plan, put, advance).run())
+        finally:
+            restore(client, gateway, options.admin_token)
+    summary = build_report(out)
+    return summary | {"wall_s": round(time.monotonic() - start, 1)}
 
 
 def build_plan(
@@ -71,19 +223,27 @@ def experiment_admission(
     endpoint: str | None = None,
     workers: int = 0,
     on_progress: Callable[[int, int], None] | None = None,
+    endpoint_options: EndpointOptions | None = None,
 ) -> dict[str, Any]:
     """Run the admission experiment into `out` and build its summary, report and figures.
 
-    `on_progress(done, total)` is called after each job. Returns the summary with `wall_s` added.
-    `endpoint` (a running gateway) is not implemented yet: it raises InputError.
+    `on_progress(done, total)` is called after each job (each run in endpoint mode). Returns the
+    summary with `wall_s` added. With `endpoint` (a running gateway's URL) it runs there in wall-clock
+    time (`run_endpoint`); `engines` and `workers` do not apply (the gateway's backends; one run at a time).
     """
     from flatshare.admission.experiment import count_jobs, run_plan
     from flatshare.admission.report import build_report
 
+    options = endpoint_options or EndpointOptions()
     if endpoint is not None:
+        if engines is not None:
+            raise InputError("--engines: with --endpoint the gateway's backends are the engines")
+        if workers:
+            raise InputError("--workers: with --endpoint runs go one at a time through the gateway")
+        return run_endpoint(out, endpoint, options, seeds, windows, traces, sharegpt, on_progress)
+    if options.given():
         raise InputError(
-            "experiment admission --endpoint: not implemented yet; run the simulated cluster (no --endpoint), "
-            "or replay a workload against the gateway with `flatshare replay`"
+            f"{', '.join(options.given())}: only with --endpoint (the simulated mode uses the seed's sizes)"
         )
     plan = build_plan(quick, traces, engines, seeds, windows, sharegpt, workers)
     total = count_jobs(plan)

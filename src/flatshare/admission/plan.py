@@ -28,6 +28,14 @@ and an engine is under pressure when it holds any KV at all (ten shorts hold und
 cache, so any threshold below that level acts the same; the case asks whether the engine is busy)."""
 
 
+def endpoint_thresholds(long_tokens: int) -> Thresholds:
+    """The synthetic thresholds against a running gateway, whose backends may be small: the same KV rule,
+    and the input threshold lowered to half the long request when that is below 8,192
+    (`min(8192, long_tokens // 2)`), so the long request is long and the shorts (checked to stay below
+    it) are not. With the seed's 50,000-token request it is the simulated mode's 8,192."""
+    return Thresholds(SYNTHETIC_THRESHOLDS.kv_usage, min(SYNTHETIC_THRESHOLDS.input_tokens, long_tokens // 2))
+
+
 @dataclass(frozen=True)
 class Condition:
     """One way of running the cluster: a gateway routing policy, and make-room inside each engine or not.

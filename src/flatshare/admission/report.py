@@ -60,13 +60,13 @@ def _table(conditions: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _synthetic(summary: dict[str, Any]) -> list[str]:
+def _synthetic(summary: dict[str, Any], long_tokens: int = 50_000) -> list[str]:
     block = summary["workloads"].get("synthetic")
     if block is None:
         return []
     c = block["conditions"]
     a, b = c.get("A-fcfs-one-engine"), c.get("B-controller")
-    lines = ["## 1. Synthetic: one 50,000-token request beside ten short ones", ""]
+    lines = [f"## 1. Synthetic: one {long_tokens:,}-token request beside ten short ones", ""]
     if a and b:
         lines += [
             f"**Run A** (all on engine 1, FCFS): mean p95 TTFT of the shorts {_cell(a['short_ttft_p95_s'])} s, "
@@ -159,6 +159,9 @@ def _decision_row(r: dict[str, Any]) -> str:
 
 
 def _attribution(summary: dict[str, Any]) -> list[str]:
+    note = summary.get("attribution_note")
+    if note:
+        return ["## 3. Interference attribution", "", f"{note[0].upper()}{note[1:]}.", ""]
     cfg = summary["attribution_config"]
     rows = summary["decisions"]
     lines = [
@@ -236,7 +239,38 @@ def _levers(summary: dict[str, Any]) -> list[str]:
     return [*lines, "![levers](levers.png)", ""]
 
 
+def _endpoint_intro(summary: dict[str, Any], plan: dict[str, Any]) -> list[str]:
+    """The header of a report of runs against a running gateway: where, what ran, what did not and why."""
+    synth = plan.get("synthetic", {})
+    skipped = summary.get("skipped") or {}
+    lines = [
+        "# Admission control: routing long requests away from KV pressure (against a running gateway)",
+        "",
+        f"Gateway `{summary['endpoint']}`, backends {', '.join(f'`{b}`' for b in summary['backends'] or [])}, "
+        f"model `{summary['model']}`; wall-clock replay through the gateway, its routing switched per condition "
+        f"with `PUT /gateway/routing` and restored at the end. Synthetic sizes: long request "
+        f"{synth.get('long_tokens')} input / {synth.get('long_max_tokens')} output tokens; shorts "
+        f"{synth.get('short_prompt')} input tokens, up to {synth.get('short_max_tokens')} output. Short = at most "
+        f"{summary['short_max_tokens']} output tokens; a short request that never got a token counts as "
+        f"{summary['failed_ttft_s']} s. Every number below is computed from the saved runs in `runs/`.",
+        "",
+    ]
+    for item in skipped.get("conditions") or []:
+        lines += [f"- Skipped condition `{item['key']}`: {item['why']}.", ""]
+    if skipped.get("traces"):
+        lines += [f"- Real traces: {skipped['traces']}.", ""]
+    return lines
+
+
 def write_report(out: Path, summary: dict[str, Any], plan: dict[str, Any]) -> None:
+    if summary.get("mode") == "endpoint":
+        long_tokens = int(plan.get("synthetic", {}).get("long_tokens", 50_000))
+        lines = _endpoint_intro(summary, plan)
+        lines += (
+            _synthetic(summary, long_tokens) + _traces(summary) + _attribution(summary) + _levers(summary)
+        )
+        (out / "report.md").write_text("\n".join(lines) + "\n")
+        return
     engine = plan.get("engine", {})
     lines = [
         "# Admission control: routing long requests away from KV pressure (simulated cluster)",
@@ -280,12 +314,14 @@ def build_report(out: Path, config: AttributionConfig | None = None) -> dict[str
     config = config or AttributionConfig()
     runs = load_runs(out)
     summary = summarize(runs, config)
+    marker = out / "experiment.json"
+    plan = json.loads(marker.read_text()).get("plan", {}) if marker.is_file() else {}
+    if summary["mode"] == "endpoint":
+        summary["skipped"] = plan.get("skipped")
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     figures.synthetic_figure(summary, out / "synthetic.png")
     figures.traces_figure(summary, out / "traces.png")
     figures.levers_figure(summary, out / "levers.png")
     figures.attribution_figure(_attribution_panels(runs, config), out / "attribution.png")
-    marker = out / "experiment.json"
-    plan = json.loads(marker.read_text()).get("plan", {}) if marker.is_file() else {}
     write_report(out, summary, plan)
     return summary

@@ -11,6 +11,13 @@ Layout under an experiment folder: `experiment.json` (`{"kind": "admission", ...
   above it count as long), `replay_s` and `eval_from_s` (the evaluation covers requests sent in
   `[eval_from_s, replay_s)`), `engine_config`, `profile`, `preemptions`, `steps`, `virtual_s`,
   `scheduler_counters`, `wall_s` (seconds the simulation took), and for traces `spec` and `calibration`.
+
+Runs against a running gateway (`endpoint.py`, written by `save_wallclock_run`) have the same files:
+`requests.jsonl` from the wall-clock driver (`engine` is the backend named by `x-flatshare-backend`),
+`samples.jsonl` from polling the gateway's `/gateway/backends`, `decisions.jsonl` from each answer's
+routing headers, and an empty `occupancy.jsonl` (per-request KV holdings are not visible from outside
+the engines). Their `run.json` has `mode` `endpoint`, `endpoint` (the URL), `backends` (names),
+`model`, `profile` and `engine_config` null, and `preemptions` (summed over the backends during the run).
 """
 
 from __future__ import annotations
@@ -72,6 +79,22 @@ def save_run(folder: Path, cluster: ClusterRun, facts: dict[str, Any]) -> None:
         "scheduler_counters": counters,
         "wall_s": cluster.wall_s,
     }
+    (folder / "run.json").write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+
+
+def save_wallclock_run(
+    folder: Path,
+    records: Iterable[ReplayRecord],
+    samples: Iterable[dict[str, Any]],
+    decisions: Iterable[DecisionRecord],
+    facts: dict[str, Any],
+) -> None:
+    """Write one wall-clock run (against a gateway) in the same layout; no occupancy data."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_records(folder / "requests.jsonl", records)
+    _write_jsonl(folder / "samples.jsonl", samples)
+    _write_jsonl(folder / "occupancy.jsonl", [])
+    _write_jsonl(folder / "decisions.jsonl", (d.to_json() for d in decisions))
     (folder / "run.json").write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
 
 

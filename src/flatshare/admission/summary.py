@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from flatshare.admission.attribution import AttributionConfig, PressureEvent, pressure_events
+from flatshare.admission.attribution import AttributionConfig, PressureEvent, has_occupancy, pressure_events
 from flatshare.admission.compare import Comparison, mean_ci, paired_bootstrap_p95, paired_over_replicates
 from flatshare.admission.evidence import decision_rows, top_events
 from flatshare.admission.metrics import FAILED_TTFT_S, RunMetrics, run_metrics, slowdown_vs_alone
@@ -273,8 +273,18 @@ def summarize(runs: list[SavedRun], config: AttributionConfig | None = None) -> 
         )
         rows += mine[:MAX_DECISION_ROWS]
         total += len(mine)
+    facts = runs[0].facts
+    attributed = any(has_occupancy(r) for r in runs if r.facts["part"] != ALONE)
     return {
         "version": SUMMARY_VERSION,
+        "mode": facts.get("mode", "simulated"),
+        "endpoint": facts.get("endpoint"),
+        "backends": facts.get("backends"),
+        "model": facts.get("model"),
+        "attribution_note": None
+        if attributed
+        else "not computed: the runs have no occupancy data (per-request KV holdings are visible only "
+        "inside the engines, not through a gateway)",
         "profile": runs[0].facts["profile"],
         "short_max_tokens": SHORT_MAX_TOKENS,
         "failed_ttft_s": FAILED_TTFT_S,

@@ -65,14 +65,64 @@ def experiment_admission(
     ),
     sharegpt: Annotated[Path | None, typer.Option(help="A ShareGPT JSON file to replay as well.")] = None,
     endpoint: Annotated[
-        str | None, typer.Option(help="A running gateway's URL (not implemented yet).")
+        str | None,
+        typer.Option(help="Run against this running flatshare gateway (wall clock; docs/admission.md)."),
     ] = None,
     workers: Annotated[int, typer.Option(help="Processes running in parallel (0: one per core, max 2).")] = 0,
+    admin_token: Annotated[
+        str,
+        typer.Option(
+            envvar="FLATSHARE_ADMIN_TOKEN",
+            show_envvar=True,
+            help="--endpoint: the gateway's admin token (switches its routing per condition).",
+        ),
+    ] = "",
+    model: Annotated[
+        str | None, typer.Option(help="--endpoint: model name to send [the first of GET /v1/models].")
+    ] = None,
+    long_tokens: Annotated[
+        int | None, typer.Option(help="--endpoint: input tokens of the long request [50000].")
+    ] = None,
+    long_max_tokens: Annotated[
+        int | None, typer.Option(help="--endpoint: output tokens of the long request [256].")
+    ] = None,
+    short_prompt: Annotated[
+        str | None, typer.Option(help="--endpoint: input tokens of the shorts, LOW,HIGH [100,500].")
+    ] = None,
+    short_max_tokens: Annotated[
+        int | None, typer.Option(help="--endpoint: most output tokens of a short (1-256) [256].")
+    ] = None,
+    trace_seconds: Annotated[
+        float | None,
+        typer.Option(help="--endpoint: replay each trace window cut to this many seconds [traces not run]."),
+    ] = None,
+    long_first: Annotated[
+        bool, typer.Option(help="--endpoint: also run the seed's literal order (long request first).")
+    ] = True,
+    priorities: Annotated[
+        bool,
+        typer.Option(
+            help="--endpoint: send shorts at priority 1, the long at 10 (priority-policy backends)."
+        ),
+    ] = False,
 ) -> None:
     """Does routing long requests away from KV pressure cut short requests' p95 TTFT? (second seed)"""
     from rich.progress import Progress
 
+    from flatshare.admission.command import EndpointOptions
     from flatshare.admission.command import experiment_admission as run_admission
+
+    options = EndpointOptions(
+        admin_token=admin_token,
+        model=model,
+        long_tokens=long_tokens,
+        long_max_tokens=long_max_tokens,
+        short_prompt=short_prompt,
+        short_max_tokens=short_max_tokens,
+        trace_seconds=trace_seconds,
+        long_first=long_first,
+        priorities=priorities,
+    )
 
     with Progress() as progress:
         task = progress.add_task("admission runs", total=None)
@@ -92,6 +142,7 @@ def experiment_admission(
                 endpoint=endpoint,
                 workers=workers,
                 on_progress=advance,
+                endpoint_options=options,
             )
         except InputError as exc:
             fail(str(exc))

@@ -3,7 +3,8 @@
 Routes: `POST /v1/completions`, `POST /v1/chat/completions` (proxied, `proxy.py`), `GET /v1/models`
 (the union of the healthy backends' models), `GET /health` (200 while any backend is healthy, else
 503), `GET /metrics` (the gateway's own, `metrics.py`), `GET /gateway/backends` (every backend's
-snapshot as JSON, for operators).
+snapshot as JSON, for operators), `GET` and `PUT /gateway/routing` (the routing in force; switching it
+needs the admin token, `admin.py`).
 
 The lifespan warns when the gateway runs open, starts one poller per backend and waits for their first
 round (at most about three poll timeouts) so the first requests see real readings, then stops them and closes
@@ -26,13 +27,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from flatshare.gateway.admin import RoutingRoutes
 from flatshare.gateway.audit import AuditLog, backend_fields
 from flatshare.gateway.backends import BackendPool
 from flatshare.gateway.config import GatewayConfig
 from flatshare.gateway.metrics import CONTENT_TYPE, GatewayMetrics
-from flatshare.gateway.policies import make_policy
 from flatshare.gateway.poller import Poller
 from flatshare.gateway.proxy import Proxy, ProxyParts
+from flatshare.gateway.switch import RoutingConfig, RoutingSwitch
 from flatshare.gateway.tenants import Tenants
 from flatshare.gateway.tokens import TokenCounter
 from flatshare.gateway.upstream import make_upstream, resolve_client
@@ -49,6 +51,7 @@ class Gateway:
     pool: BackendPool
     metrics: GatewayMetrics
     audit: AuditLog
+    routing: RoutingSwitch
 
 
 def startup_notes(config: GatewayConfig) -> list[str]:
@@ -63,14 +66,16 @@ def startup_notes(config: GatewayConfig) -> list[str]:
     if config.open:
         notes.append("gateway: WARNING running open: no tenants (API keys), any client may use any priority")
     notes.append(f"gateway: audit log {config.audit_log or 'off'}")
+    admin = "on (PUT needs the admin token)" if config.admin_token else "off (no admin_token)"
+    notes.append(f"gateway: routing changes (PUT /gateway/routing) {admin}")
     return notes
 
 
 def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monotonic) -> Gateway:
     """Everything wired together; nothing runs until the app's lifespan starts."""
     pool = BackendPool(config.backends, config.poll)
-    thresholds = config.thresholds.thresholds() if config.policy == "threshold" else None
-    metrics = GatewayMetrics(pool, clock, thresholds)
+    switch = RoutingSwitch(RoutingConfig.of(config))
+    metrics = GatewayMetrics(pool, clock, switch.current.thresholds)
     audit = AuditLog(config.audit_log or None)
     upstream = make_upstream(
         config.upstream_client,
@@ -82,8 +87,7 @@ def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monot
     parts = ProxyParts(
         config=config,
         pool=pool,
-        policy=make_policy(config.policy, thresholds, config.prefer, config.seed),
-        thresholds=thresholds,
+        routing=switch,
         metrics=metrics,
         audit=audit,
         tenants=Tenants(config),
@@ -108,10 +112,15 @@ def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monot
 
     async def backends(request: Request) -> Response:
         now = clock()
-        rows = [
-            {**backend_fields(s.snapshot(now)), "url": s.config.url, "error": s.last_error}
-            for s in pool.states
-        ]
+        rows = []
+        for state in pool.states:
+            snap = state.snapshot(now)
+            fields = {
+                "preemptions_total": snap.preemptions,
+                "url": state.config.url,
+                "error": state.last_error,
+            }
+            rows.append(backend_fields(snap) | fields)
         return JSONResponse({"backends": rows})
 
     @asynccontextmanager
@@ -133,6 +142,7 @@ def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monot
             await upstream.close()
             audit.close()
 
+    routing = RoutingRoutes(switch, config.admin_token, audit, metrics)
     proxies = {
         "/v1/completions": Proxy(parts, False, sequence),
         "/v1/chat/completions": Proxy(parts, True, sequence),
@@ -143,9 +153,11 @@ def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monot
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics_page, methods=["GET"]),
         Route("/gateway/backends", backends, methods=["GET"]),
+        Route("/gateway/routing", routing.get, methods=["GET"]),
+        Route("/gateway/routing", routing.put, methods=["PUT"]),
     ]
     app = FastPaths(proxies, Starlette(routes=routes, lifespan=lifespan))
-    return Gateway(app, config, pool, metrics, audit)
+    return Gateway(app, config, pool, metrics, audit, switch)
 
 
 class FastPaths:

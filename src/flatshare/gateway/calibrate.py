@@ -125,7 +125,9 @@ def _read_file(path: Path) -> Iterator[CalibrationSample]:
 
 
 def samples_from_row(row: dict[str, Any]) -> Iterator[CalibrationSample]:
-    """The samples in one JSON line of any of the three kinds."""
+    """The samples in one JSON line of any of the three kinds (an audit line of a routing change has none)."""
+    if row.get("kind") == "routing":  # gateway audit: PUT /gateway/routing changed the routing
+        return
     if "backends" in row and "input_tokens" in row:  # gateway audit
         if row.get("attempt", 1) != 1:
             return

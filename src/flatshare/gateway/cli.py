@@ -48,6 +48,15 @@ def gateway(
     audit_log: Annotated[
         Path | None, typer.Option(help="Append one JSON line per routing decision here.")
     ] = None,
+    admin_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="FLATSHARE_ADMIN_TOKEN",
+            show_envvar=True,
+            help="Enables PUT /gateway/routing for clients bearing this token (at least 16 characters; "
+            "prefer the environment variable, which other users cannot see in the process list).",
+        ),
+    ] = None,
 ) -> None:
     """An OpenAI-compatible gateway over several vLLM servers that routes long requests away from KV pressure."""
     from flatshare.gateway.configfile import load_config
@@ -58,6 +67,7 @@ def gateway(
         "host": host,
         "policy": policy,
         "audit_log": str(audit_log) if audit_log is not None else None,
+        "admin_token": admin_token,
     }
     try:
         settings = load_config(config, overrides)

@@ -139,6 +139,7 @@ class GatewayConfig:
     max_upstream_connections: int = 1024
     upstream_client: str = "auto"
     backend_api_key: str = ""
+    admin_token: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if not self.backends:
@@ -164,6 +165,10 @@ class GatewayConfig:
         if self.upstream_client == "native" and any(not b.url.startswith("http://") for b in self.backends):
             raise ValueError(
                 "upstream_client native speaks plain http:// only; use httpx (or auto) for https"
+            )
+        if self.admin_token and (len(self.admin_token) < 16 or not self.admin_token.isprintable()):
+            raise ValueError(
+                "admin_token must be at least 16 printable characters (or empty: admin routes off)"
             )
         if self.drain_timeout_s < 0 or self.retry_after_s < 0:
             raise ValueError("drain_timeout_s and retry_after_s must be >= 0")

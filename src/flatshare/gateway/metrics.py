@@ -10,7 +10,8 @@ Counters and histograms, updated as requests pass:
   first token event coming back.
 - `flatshare_gateway_errors_total{kind}` (`errors.ERROR_KINDS`), `flatshare_gateway_responses_total{code}`,
   `flatshare_gateway_requests_in_flight`, `flatshare_gateway_retries_total`.
-- `flatshare_gateway_threshold_kv_usage`, `flatshare_gateway_threshold_input_tokens`: the thresholds in use.
+- `flatshare_gateway_threshold_kv_usage`, `flatshare_gateway_threshold_input_tokens`: the thresholds in use
+  (0 while the policy is not `threshold`; they follow `PUT /gateway/routing`).
 
 Read from the backend states at scrape time: `flatshare_gateway_backend_kv_usage{backend}`,
 `flatshare_gateway_backend_scrape_age_seconds{backend}`, `flatshare_gateway_backend_healthy{backend}`,
@@ -110,15 +111,13 @@ class GatewayMetrics:
         self.in_flight = Gauge(
             "flatshare_gateway_requests_in_flight", "Requests being proxied now.", registry=r
         )
-        kv_threshold = Gauge(
+        self.kv_threshold = Gauge(
             "flatshare_gateway_threshold_kv_usage", "KV-use threshold of the rule.", registry=r
         )
-        token_threshold = Gauge(
+        self.token_threshold = Gauge(
             "flatshare_gateway_threshold_input_tokens", "Input-token threshold of the rule.", registry=r
         )
-        if thresholds is not None:
-            kv_threshold.set(thresholds.kv_usage)
-            token_threshold.set(thresholds.input_tokens)
+        self.set_thresholds(thresholds)
         for kind in ERROR_KINDS:
             self.errors.labels(kind)
         for state in pool.states:
@@ -136,6 +135,11 @@ class GatewayMetrics:
         if child is None:
             child = self._children[key] = metric.labels(*labels)
         return child
+
+    def set_thresholds(self, thresholds: Thresholds | None) -> None:
+        """The threshold gauges: the rule's thresholds, or 0 and 0 while no threshold rule routes."""
+        self.kv_threshold.set(thresholds.kv_usage if thresholds is not None else 0)
+        self.token_threshold.set(thresholds.input_tokens if thresholds is not None else 0)
 
     def error(self, kind: str) -> None:
         self._child(self.errors, kind).inc()

@@ -35,9 +35,9 @@ from flatshare.gateway.config import GatewayConfig
 from flatshare.gateway.errors import GatewayError
 from flatshare.gateway.inbound import Inbound, parse_inbound, read_body
 from flatshare.gateway.metrics import NO_BACKEND, GatewayMetrics
-from flatshare.gateway.policies import Policy
 from flatshare.gateway.relay import response_headers, send_stream, send_whole
-from flatshare.gateway.routing import RequestFeatures, RoutingDecision, Thresholds
+from flatshare.gateway.routing import RequestFeatures, RoutingDecision
+from flatshare.gateway.switch import RoutingSwitch
 from flatshare.gateway.tenants import Admission, Tenants
 from flatshare.gateway.tokens import TokenCount, TokenCounter
 from flatshare.gateway.upstream import Upstream, UpstreamError
@@ -47,12 +47,12 @@ RETRY_STATUSES = frozenset({500, 502, 503, 504})
 
 @dataclass(frozen=True)
 class ProxyParts:
-    """What the proxy works with; built once by the app."""
+    """What the proxy works with; built once by the app. `routing.current` is read once per decision
+    (the routing in force when the decision is made; `PUT /gateway/routing` swaps it)."""
 
     config: GatewayConfig
     pool: BackendPool
-    policy: Policy
-    thresholds: Thresholds | None
+    routing: RoutingSwitch
     metrics: GatewayMetrics
     audit: AuditLog
     tenants: Tenants
@@ -181,7 +181,8 @@ class Proxy:
         parts = self.parts
         snapshots = parts.pool.snapshots(parts.clock())
         candidates = parts.pool.candidates(snapshots, job.inbound.model, tried)
-        decision = parts.policy(job.features, candidates) if candidates else None
+        routing = parts.routing.current
+        decision = routing.policy(job.features, candidates) if candidates else None
         parts.audit.write(
             decision_record(
                 request_id=job.features.request_id,
@@ -189,8 +190,8 @@ class Proxy:
                 model=job.inbound.model,
                 stream=job.inbound.stream,
                 count=job.count,
-                policy=parts.config.policy,
-                thresholds=parts.thresholds,
+                policy=routing.config.policy,
+                thresholds=routing.thresholds,
                 snapshots=snapshots,
                 candidates=candidates,
                 decision=decision,

@@ -35,6 +35,7 @@ def response_headers(upstream: UpstreamResponse, decision: RoutingDecision, requ
     headers += [
         (b"x-flatshare-backend", decision.backend.encode()),
         (b"x-flatshare-reason", decision.reason.encode()),
+        (b"x-flatshare-preferred", decision.preferred.encode()),
         (b"x-request-id", request_id.encode()),
     ]
     return headers

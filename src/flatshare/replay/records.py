@@ -10,7 +10,7 @@ seconds for a real endpoint):
 | `priority` | int | vLLM's meaning: lower is more important |
 | `prompt_tokens`, `max_tokens` | int | sizes as sent |
 | `first_sentence_tokens` | int or null | voice: tokens of the reply's first sentence |
-| `engine` | str | which engine or endpoint served it |
+| `engine` | str | which engine or endpoint served it (behind a flatshare gateway: its `x-flatshare-backend`) |
 | `send_s` | float | when the request was sent |
 | `first_token_s` | float or null | first output token |
 | `first_sentence_s` | float or null | the token that ends the first sentence (voice) |

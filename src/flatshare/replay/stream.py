@@ -10,6 +10,10 @@ uses it as the base of its own request id, so server logs name the same request)
 Outcomes, all recorded (nothing raises): `ok` (the stream ended with `[DONE]` and a finish reason other
 than `abort`/`error`); `refused` (an HTTP error status, or an error chunk with a 4xx code before any
 token); `failed` (connection error, timeout, an error chunk, a stream cut without `[DONE]`, bad JSON).
+Behind a flatshare gateway, the answer's `x-flatshare-backend` header names the backend that served the
+request: the record's `engine` becomes that name (else it stays the endpoint's URL). `on_response`, when
+given, sees every answer's headers (the admission experiment reads the gateway's routing headers).
+
 `send_s` is when the request's first byte was handed to the kernel, and a token's time when the bytes
 that completed its chunk entered the process (both from `flatshare.replay.timed_net`; with another
 transport, just before the request goes to httpx, and when httpx hands the chunk over). `end_s`: the
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -33,6 +38,8 @@ from flatshare.replay.timed_net import TimedStream
 from flatshare.workloads.model import WorkloadRequest
 
 FAILED_REASONS = ("abort", "error")
+BACKEND_HEADER = "x-flatshare-backend"
+OnResponse = Callable[[str, httpx.Headers], None]
 
 
 async def stream_request(
@@ -42,6 +49,7 @@ async def stream_request(
     record: ReplayRecord,
     clock: Clock,
     send_priority: bool = True,
+    on_response: OnResponse | None = None,
 ) -> None:
     """Send `request` to `endpoint` and fill `record` as the stream arrives (see the module docstring).
 
@@ -58,6 +66,9 @@ async def stream_request(
             net = response.extensions.get("network_stream")
             try:
                 record.send_s = _stamp(clock, getattr(net, "first_write_s", None), record.send_s)
+                record.engine = response.headers.get(BACKEND_HEADER) or record.engine
+                if on_response is not None:
+                    on_response(request.id, response.headers)
                 if response.status_code != 200:
                     _refuse(record, response.status_code, await response.aread(), clock.now())
                     return

@@ -10,7 +10,7 @@ Bounds: at most `max_concurrency` requests are in flight (a request due while al
 its `send_s` is when it really went out, and `ledger.stats` counts the waits). No request is issued
 after `duration_s`; requests still running `grace_s` later are cancelled (the client disconnects, so
 vLLM aborts them) and recorded as failed. Every endpoint's `/metrics` is sampled every
-`sample_interval_s`.
+`sample_interval_s` (unless `sample_metrics` is off: a gateway's /metrics has no vLLM readings).
 
 Nothing issued is dropped: `run_wallclock` writes into a `Ledger` that the caller owns, and on any exit
 (done, cut, cancelled as by Ctrl-C) the ledger closes every unfinished request as `failed`, with error
@@ -32,7 +32,7 @@ from flatshare.replay.clients import ClientPool
 from flatshare.replay.endpoints import Endpoint, sticky_index
 from flatshare.replay.ledger import Ledger
 from flatshare.replay.sampler import Sampler
-from flatshare.replay.stream import stream_request
+from flatshare.replay.stream import OnResponse, stream_request
 from flatshare.workloads.model import Session, Workload
 
 T = TypeVar("T")
@@ -47,7 +47,8 @@ class WallClockOptions:
     `duration_s`: issue nothing after this many seconds (None: the whole workload). `grace_s`: how long
     requests may run on after `duration_s`. `read_timeout_s`: the longest silence within one response.
     `send_priority`: put the request's `priority` in the body (a vLLM server without
-    `--scheduling-policy priority` refuses a non-zero one).
+    `--scheduling-policy priority` refuses a non-zero one). `sample_metrics`: scrape each endpoint's
+    `/metrics` (off when the caller samples the engines another way).
     """
 
     max_concurrency: int = 256
@@ -57,6 +58,7 @@ class WallClockOptions:
     read_timeout_s: float = 300.0
     sample_interval_s: float = 0.5
     send_priority: bool = True
+    sample_metrics: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.max_concurrency, bool) or self.max_concurrency < 1:
@@ -82,7 +84,9 @@ class _Driver:
         ledger: Ledger,
         clients: ClientPool,
         on_progress: Progress | None,
+        on_response: OnResponse | None = None,
     ) -> None:
+        self.on_response = on_response
         self.workload = workload
         self.endpoints = endpoints
         self.options = options
@@ -113,6 +117,7 @@ class _Driver:
                         record,
                         self.ledger.clock,
                         self.options.send_priority,
+                        self.on_response,
                     )
                 finally:
                     self.in_flight -= 1
@@ -158,10 +163,12 @@ async def run_wallclock(
     options: WallClockOptions | None = None,
     on_progress: Progress | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    on_response: OnResponse | None = None,
 ) -> None:
     """Replay `workload` against `endpoints` in wall time, recording into `ledger` (see the module
     docstring). `ledger.clock` is the run's clock; samples go to `ledger.samples`, counters to
-    `ledger.stats`. `transport` replaces the network (tests)."""
+    `ledger.stats`. `transport` replaces the network (tests). `on_response(request_id, headers)` sees
+    each answer's headers as they arrive."""
     if not endpoints:
         raise ValueError("run_wallclock needs at least one endpoint")
     options = options or WallClockOptions()
@@ -172,8 +179,9 @@ async def run_wallclock(
     async with httpx.AsyncClient(timeout=probe_timeout, verify=clients.ssl, transport=transport) as probe:
         if not ledger.records:
             ledger.clock.start()  # second 0 is when the sessions start, after the set-up
-        driver = _Driver(workload, endpoints, options, ledger, clients, on_progress)
-        samplers = [Sampler(probe, e.url, ledger.clock.now, options.sample_interval_s) for e in endpoints]
+        driver = _Driver(workload, endpoints, options, ledger, clients, on_progress, on_response)
+        sampled = endpoints if options.sample_metrics else []
+        samplers = [Sampler(probe, e.url, ledger.clock.now, options.sample_interval_s) for e in sampled]
         sampling = [asyncio.create_task(s.run(), name=f"metrics {s.url}") for s in samplers]
         try:
             await driver.run()
@@ -183,7 +191,7 @@ async def run_wallclock(
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(*sampling, return_exceptions=True)
-            for endpoint, sampler in zip(endpoints, samplers, strict=True):
+            for endpoint, sampler in zip(sampled, samplers, strict=True):
                 ledger.samples.extend((endpoint.name, s) for s in sampler.samples)
                 ledger.stats.sample_errors[endpoint.name] = sampler.errors
             await clients.aclose()

@@ -1,0 +1,221 @@
+"""The admission experiment against a running gateway (`--endpoint`): refusals first (no engines needed),
+then end to end over two serve-sim processes behind a real gateway, all on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from flatshare.admission.command import EndpointOptions, experiment_admission, synthetic_for_endpoint
+from flatshare.admission.plan import SyntheticPlan, endpoint_thresholds
+from flatshare.errors import InputError
+from flatshare.gateway.app import build_gateway
+from flatshare.gateway.config import BackendConfig, GatewayConfig, PollConfig, TokenConfig
+from flatshare.replay.records import read_records
+from flatshare.serve.background import BackgroundServer
+
+TOKEN = "admission-test-token-0123"
+POLL = PollConfig(interval_s=0.05, timeout_s=0.3, stale_after_s=0.5, unhealthy_after_failures=2)
+
+
+def _config(urls: list[str], **changes: Any) -> GatewayConfig:
+    backends = tuple(BackendConfig(url, f"b{i}") for i, url in enumerate(urls))
+    settings: dict[str, Any] = {
+        "poll": POLL,
+        "tokens": TokenConfig(source="estimate"),
+        "policy": "round-robin",
+    }
+    return GatewayConfig(backends=backends, **(settings | changes))
+
+
+@contextmanager
+def gateway(urls: list[str], **changes: Any) -> Iterator[str]:
+    with BackgroundServer(build_gateway(_config(urls, **changes)).app) as server:
+        yield server.url
+
+
+NOWHERE = ["http://127.0.0.1:9", "http://127.0.0.1:11"]  # nothing listens: backends down, gateway up
+
+
+def _run(url: str, out: Path, token: str = TOKEN, **options: Any) -> dict[str, Any]:
+    return experiment_admission(
+        out, endpoint=url, seeds=1, endpoint_options=EndpointOptions(token, **options)
+    )
+
+
+def test_a_url_that_is_no_gateway_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"--endpoint http://127.0.0.1:9: cannot reach it"):
+        _run("http://127.0.0.1:9", tmp_path)
+    plain = Starlette(routes=[Route("/v1/models", lambda r: JSONResponse({"data": [{"id": "m"}]}))])
+    with (
+        BackgroundServer(plain) as server,
+        pytest.raises(InputError, match=r"GET /gateway/backends answered 404; is it a flatshare gateway"),
+    ):
+        _run(server.url, tmp_path)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_missing_or_refused_token_is_refused(tmp_path: Path) -> None:
+    with gateway(NOWHERE, admin_token=TOKEN) as url:
+        with pytest.raises(InputError, match="give the gateway's admin token"):
+            _run(url, tmp_path, token="")
+        with pytest.raises(InputError, match=r"refused the admin token \(401\)"):
+            _run(url, tmp_path, token="not-the-token-at-all")
+    with gateway(NOWHERE) as url, pytest.raises(InputError, match="cannot be switched \\(no admin_token\\)"):
+        _run(url, tmp_path)
+
+
+def test_no_model_to_send_is_refused(tmp_path: Path) -> None:
+    with gateway(NOWHERE, admin_token=TOKEN) as url, pytest.raises(InputError, match="lists no model"):
+        _run(url, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"short_prompt": "300"}, "--short-prompt: expected LOW,HIGH"),
+        ({"short_prompt": "a,b"}, "--short-prompt: expected LOW,HIGH"),
+        ({"short_prompt": "400,100"}, "--short-prompt: expected 1 <= LOW <= HIGH"),
+        ({"long_tokens": 600, "short_prompt": "100,300"}, r"must stay below the input threshold .* = 300"),
+        ({"short_max_tokens": 300}, "short_max_tokens must lie in"),
+        ({"long_tokens": 19_990}, "exceeds the model's max_model_len 20000"),
+    ],
+)
+def test_sizes_are_checked(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        synthetic_for_endpoint(SyntheticPlan(), EndpointOptions(**changes), 2, 20_000)
+
+
+def test_options_belong_to_their_mode(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="--model, --long-tokens: only with --endpoint"):
+        experiment_admission(
+            tmp_path, quick=True, endpoint_options=EndpointOptions(long_tokens=9000, model="m")
+        )
+    with pytest.raises(InputError, match="--engines: with --endpoint"):
+        experiment_admission(tmp_path, endpoint="http://127.0.0.1:9", engines="2,4")
+    fits = synthetic_for_endpoint(
+        SyntheticPlan(), EndpointOptions(long_tokens=12_000, short_prompt="50,80"), 3, None
+    )
+    assert (fits.engines, fits.long_tokens, fits.short_prompt) == (3, 12_000, (50, 80))
+    assert (
+        endpoint_thresholds(12_000).input_tokens == 6000 and endpoint_thresholds(50_000).input_tokens == 8192
+    )
+
+
+# -- end to end ----------------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@contextmanager
+def serve_sims(count: int, *args: str) -> Iterator[list[str]]:
+    """`count` `flatshare serve-sim` processes on free loopback ports; stopped by pid at the end."""
+    procs: list[tuple[subprocess.Popen[bytes], str, Any]] = []
+    with ExitStack() as logs:
+        try:
+            for _ in range(count):
+                port = _free_port()
+                log = logs.enter_context(tempfile.TemporaryFile())
+                cmd = [sys.executable, "-m", "flatshare.cli", "serve-sim", "--port", str(port), *args]
+                proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+                procs.append((proc, f"http://127.0.0.1:{port}", log))
+            deadline = time.monotonic() + 120
+            for proc, url, log in procs:
+                while not _healthy(url):
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        log.seek(0)
+                        raise AssertionError(f"serve-sim did not come up: {log.read().decode()[-2000:]}")
+                    time.sleep(0.3)
+            yield [url for _, url, _ in procs]
+        finally:
+            for proc, _, _ in procs:
+                if proc.poll() is None:
+                    os.kill(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=10)
+
+
+SIZES: dict[str, Any] = {
+    "long_tokens": 12_000,
+    "long_max_tokens": 16,
+    "short_prompt": "100,300",
+    "short_max_tokens": 32,
+    "long_first": False,
+}
+
+
+@pytest.mark.server
+@pytest.mark.timeout(300)
+def test_endpoint_mode_end_to_end(tmp_path: Path) -> None:
+    sim_args = ("--policy", "fcfs", "--max-num-batched-tokens", "512", "--max-model-len", "16384")
+    with serve_sims(2, *sim_args) as sims, gateway(sims, admin_token=TOKEN) as url:
+        before = httpx.get(f"{url}/gateway/routing").json()
+        start = time.monotonic()
+        summary = experiment_admission(
+            tmp_path, endpoint=url, seeds=2, endpoint_options=EndpointOptions(TOKEN, **SIZES)
+        )
+        wall_s = time.monotonic() - start
+        after = httpx.get(f"{url}/gateway/routing").json()
+    print(f"endpoint experiment: {wall_s:.1f} s")
+    assert after == before  # the gateway's routing is restored
+    assert (summary["mode"], summary["endpoint"], summary["backends"]) == ("endpoint", url, ["b0", "b1"])
+    assert json.loads((tmp_path / "summary.json").read_text())["mode"] == "endpoint"
+    conditions = summary["workloads"]["synthetic"]["conditions"]
+    assert sorted(conditions) == ["A-fcfs-one-engine", "B-controller", "alone"]
+    a, b = conditions["A-fcfs-one-engine"], conditions["B-controller"]
+    assert a["n_runs"] == b["n_runs"] == 2 and a["n_short"] == b["n_short"] == 20
+    assert a["failed"] == b["failed"] == 0
+    print(f"short p95 TTFT: A {a['short_ttft_p95_s']} s, B {b['short_ttft_p95_s']} s")
+    assert a["routed_away_frac"] is None and b["routed_away_frac"] > 0
+    assert b["short_ttft_p95_s"] < a["short_ttft_p95_s"]
+    moved = 0
+    for seed in (0, 1):
+        for key in ("A-fcfs-one-engine", "B-controller"):
+            folder = tmp_path / "runs" / "synthetic" / key / f"s{seed}"
+            records = {r.id: r for r in read_records(folder / "requests.jsonl")}
+            decisions = [json.loads(x) for x in (folder / "decisions.jsonl").read_text().splitlines()]
+            samples = [json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines()]
+            assert len(decisions) == 11 and {s["engine"] for s in samples} == {"b0", "b1"}
+            long = next(d for d in decisions if d["request_id"] == "long/0")
+            assert records["long/0"].engine == long["backend"]
+            if key == "A-fcfs-one-engine":
+                assert {r.engine for r in records.values()} == {"b0"}
+            elif long["reason"] == "kv_pressure":
+                assert (long["preferred"], long["backend"]) == ("b0", "b1")
+                moved += 1
+    assert moved >= 1
+    skipped = [c["key"] for c in summary["skipped"]["conditions"]]
+    assert skipped == ["make-room", "controller+make-room"] and summary["skipped"]["traces"]
+    report = (tmp_path / "report.md").read_text()
+    assert "against a running gateway" in report and "MakeRoomScheduler" in report
+    assert "Skipped condition `make-room`" in report and "--trace-seconds" in report
+    assert "no occupancy data" in report and summary["attribution_note"]
+    assert (tmp_path / "synthetic.png").is_file()
