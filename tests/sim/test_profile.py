@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import statistics
 
@@ -69,3 +70,24 @@ def test_shipped_profiles_cite_sources() -> None:
 def test_unknown_profile_is_a_clear_error() -> None:
     with pytest.raises(InputError, match="not a file and not a shipped profile"):
         load_profile("no-such-profile")
+
+
+def test_api_latency_delays_each_request_and_leaves_its_gaps_alone() -> None:
+    """A profile's `api_latency_s` is a pass through the front end before the engine sees a request: the
+    same TTFT and end-to-end time plus exactly that, the same inter-token gaps."""
+    base = load_profile()
+    shifted = dataclasses.replace(base, api_latency_s=0.25)
+    requests = [req("a", 0.0, 300, 12), req("b", 5.0, 900, 20)]
+    config = EngineConfig(kv_tokens=32768, max_model_len=16384)
+    plain = {r.id: r for r in SimEngine(config, base).run(requests).records}
+    late = {r.id: r for r in SimEngine(config, shifted).run(requests).records}
+    for rid in ("a", "b"):
+        assert late[rid].arrival_s == plain[rid].arrival_s
+        assert late[rid].ttft_s == pytest.approx((plain[rid].ttft_s or 0) + 0.25)
+        gaps = [b - a for a, b in itertools.pairwise(plain[rid].token_times_s)]
+        assert [b - a for a, b in itertools.pairwise(late[rid].token_times_s)] == pytest.approx(gaps)
+
+
+def test_a_negative_api_latency_is_refused() -> None:
+    with pytest.raises(InputError, match="api_latency_s must be >= 0"):
+        dataclasses.replace(load_profile(), api_latency_s=-0.1)

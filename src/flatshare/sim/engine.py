@@ -81,10 +81,11 @@ class SimEngine:
 
     # -- input -----------------------------------------------------------------------------------
     def submit(self, request: SimRequest) -> None:
-        """Queue a request to arrive at `request.arrival_s` (not before the clock)."""
+        """Queue a request sent at `request.arrival_s` (not before the clock); the scheduler sees it the
+        profile's `api_latency_s` later (its record keeps the time it was sent)."""
         if request.id in self.records or any(p[2].id == request.id for p in self._pending):
             raise ValueError(f"duplicate request id {request.id!r}")
-        arrival = max(request.arrival_s, self.now)
+        arrival = max(request.arrival_s, self.now) + self.profile.api_latency_s
         heapq.heappush(self._pending, (arrival, self._seq, request))
         self._seq += 1
 

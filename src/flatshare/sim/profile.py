@@ -10,6 +10,11 @@ cites where each coefficient comes from. The cost of a step is
     + bytes loaded from the CPU KV tier / cpu_load_bytes_per_s
 
 Steps run one after another (no overlap), as in vLLM without async scheduling.
+
+`api_latency_s` (default 0) is the serving front end's share: one pass through vLLM's API server per
+request (HTTP, request processing, inter-process hops, output processing) that no engine step covers.
+The simulated engine sees each request that much after it was sent, so client-side TTFT and end-to-end
+times include it; inter-token gaps do not change.
 """
 
 from __future__ import annotations
@@ -58,9 +63,10 @@ class StepTimeProfile:
     description: str = ""
     sources: tuple[str, ...] = ()
     fit: dict[str, Any] | None = None
+    api_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in _COEFFICIENTS:
+        for name in (*_COEFFICIENTS, "api_latency_s"):
             if getattr(self, name) < 0:
                 raise InputError(f"profile {self.name}: {name} must be >= 0")
         if self.step_fixed_s <= 0:
