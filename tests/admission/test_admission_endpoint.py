@@ -219,3 +219,22 @@ def test_endpoint_mode_end_to_end(tmp_path: Path) -> None:
     assert "Skipped condition `make-room`" in report and "--trace-seconds" in report
     assert "no occupancy data" in report and summary["attribution_note"]
     assert (tmp_path / "synthetic.png").is_file()
+
+
+def test_salted_prompts_are_fresh_and_within_the_models_vocabulary() -> None:
+    """Every run's prompts differ from every other run's, and their ids fit the backends' model (a tiny
+    model of 512 tokens refuses larger ids with HTTP 400)."""
+    from flatshare.admission.endpoint import salted
+    from flatshare.admission.synthetic import synthetic_workload
+
+    workload = synthetic_workload(SyntheticPlan(long_tokens=2000, shorts=3), seed=0)
+    first, second = salted(workload, "run-a", 512), salted(workload, "run-b", 512)
+    for a, b in zip(first.requests(), second.requests(), strict=True):
+        assert a.vocab_size == b.vocab_size == 512
+        ids_a, ids_b = a.prompt_token_ids, b.prompt_token_ids
+        assert max(ids_a) < 512 and ids_a != ids_b and len(ids_a) == len(ids_b)
+
+
+def test_a_vocabulary_too_small_is_refused(tmp_path: Path) -> None:
+    with gateway(NOWHERE, admin_token=TOKEN) as url, pytest.raises(InputError, match="vocab"):
+        _run(url, tmp_path, model="m", vocab_size=4)

@@ -17,6 +17,7 @@ from typing import Any
 
 from flatshare.admission.plan import AdmissionPlan, SyntheticPlan, full_plan, quick_plan
 from flatshare.errors import InputError
+from flatshare.workloads.tokens import DEFAULT_VOCAB
 
 DEFAULT_TRACES = Path("../shared/traces")
 
@@ -55,10 +56,12 @@ class EndpointOptions:
     trace_seconds: float | None = None
     long_first: bool = True
     priorities: bool = False
+    vocab_size: int | None = None
 
     def given(self) -> list[str]:
         names = (
             "model",
+            "vocab_size",
             "long_tokens",
             "long_max_tokens",
             "short_prompt",
@@ -157,6 +160,7 @@ def run_endpoint(
                 trace_s=options.trace_seconds,
                 windows=windows or 1,
                 priorities=options.priorities,
+                vocab_size=options.vocab_size or DEFAULT_VOCAB,
             )
         except ValueError as exc:
             raise InputError(f"experiment admission: {exc}") from None

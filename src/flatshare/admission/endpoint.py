@@ -86,7 +86,7 @@ from flatshare.replay.ledger import Ledger
 from flatshare.replay.records import ReplayRecord
 from flatshare.replay.wallclock import WallClockOptions, run_wallclock
 from flatshare.workloads.model import Session, Workload, WorkloadRequest
-from flatshare.workloads.tokens import Span
+from flatshare.workloads.tokens import DEFAULT_VOCAB, Span, check_vocab
 
 MAKE_ROOM_HOW = (
     "make-room runs inside each backend's scheduler and cannot be switched from outside: start the backends "
@@ -118,12 +118,14 @@ class EndpointPlan:
     read_timeout_s: float = 600.0
     nonce: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     priorities: bool = False
+    vocab_size: int = DEFAULT_VOCAB
 
     def __post_init__(self) -> None:
         if self.trace_s is not None and not self.trace_s > 0:
             raise ValueError(f"trace seconds must be > 0, got {self.trace_s}")
         if self.windows < 1 or not self.poll_s > 0 or self.alone_pause_s < 0 or not self.drain_s > 0:
             raise ValueError("windows >= 1, poll_s > 0, alone_pause_s >= 0 and drain_s > 0 are needed")
+        check_vocab(self.vocab_size)
 
     @property
     def conditions(self) -> tuple[Condition, ...]:
@@ -148,6 +150,7 @@ class EndpointPlan:
             "mode": "endpoint",
             "nonce": self.nonce,
             "priorities": self.priorities,
+            "vocab_size": self.vocab_size,
             "endpoint": self.gateway.url,
             "backends": list(self.gateway.backends),
             "model": self.gateway.model,
@@ -179,16 +182,19 @@ def routing_change(condition: Condition, thresholds: Thresholds | None) -> dict[
     return body
 
 
-def salted(workload: Workload, salt: str) -> Workload:
-    """The workload with prompts no earlier run shares (module docstring)."""
+def salted(workload: Workload, salt: str, vocab_size: int = DEFAULT_VOCAB) -> Workload:
+    """The workload with prompts no earlier run shares (module docstring), their token ids below
+    `vocab_size` (the backends' model's vocabulary)."""
 
     def prompt(request: WorkloadRequest) -> WorkloadRequest:
         spans = request.prompt
         if all(isinstance(s, Span) for s in spans):
             return dataclasses.replace(
-                request, prompt=tuple(Span(f"{salt}/{s.key}", s.length) for s in spans if isinstance(s, Span))
+                request,
+                prompt=tuple(Span(f"{salt}/{s.key}", s.length) for s in spans if isinstance(s, Span)),
+                vocab_size=vocab_size,
             )
-        return dataclasses.replace(request, prompt=(Span(f"{salt}/text", 1), *spans))
+        return dataclasses.replace(request, prompt=(Span(f"{salt}/text", 1), *spans), vocab_size=vocab_size)
 
     sessions = tuple(
         dataclasses.replace(s, requests=tuple(prompt(r) for r in s.requests)) for s in workload.sessions
@@ -429,7 +435,8 @@ class EndpointExperiment:
                 }
 
     def _salted(self, workload: Workload, condition: str) -> Workload:
-        return salted(workload, f"{self.plan.nonce}/{workload.name}/{condition}/s{workload.seed}")
+        salt = f"{self.plan.nonce}/{workload.name}/{condition}/s{workload.seed}"
+        return salted(workload, salt, self.plan.vocab_size)
 
     def _save(self, workload: str, condition: str, seed: int, run: WallRun, facts: dict[str, Any]) -> Path:
         folder = run_dir(self.out, workload, condition, seed)

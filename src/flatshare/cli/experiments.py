@@ -80,6 +80,9 @@ def experiment_admission(
     model: Annotated[
         str | None, typer.Option(help="--endpoint: model name to send [the first of GET /v1/models].")
     ] = None,
+    vocab_size: Annotated[
+        int | None, typer.Option(help="--endpoint: prompt token ids lie below this (the model's) [32000].")
+    ] = None,
     long_tokens: Annotated[
         int | None, typer.Option(help="--endpoint: input tokens of the long request [50000].")
     ] = None,
@@ -122,6 +125,7 @@ def experiment_admission(
         trace_seconds=trace_seconds,
         long_first=long_first,
         priorities=priorities,
+        vocab_size=vocab_size,
     )
 
     with Progress() as progress:
