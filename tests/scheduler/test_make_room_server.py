@@ -17,6 +17,7 @@ all its tokens.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import random
@@ -55,16 +56,17 @@ LOW_STREAM_INTERVAL = 64  # fewer chunks for the long streams: less work for two
 HTTP_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 FILL_DEADLINE_S = 60.0
 STREAM_DEADLINE_S = 180.0
-# The scenario holds only if the high-priority request arrived while the low-priority ones still had
-# this long to run, and if vLLM's API server kept streaming meanwhile. On two cores it shares one with
-# the engine-core process (which polls while busy) and the test client, and at times falls behind:
-# its streams then go silent for seconds (seen: up to 10 s), and a request sent meanwhile reaches the
-# engine late. A silence in the low-priority streams (a chunk every ~0.25 s otherwise) longer than
-# MAX_SILENCE_S and than half the high-priority request's TTFT could account for most of that TTFT;
-# such an attempt is run again.
+# The scenario holds only if the high-priority request was sent while the low-priority ones still had
+# this long to run. On two cores shared with vLLM's three busy processes the test process itself is at
+# times not run for seconds (seen: 11-29 s between the trigger and the send), so an attempt may miss
+# that and is run again. Under make-room the high-priority request's TTFT must also not hold a stall of
+# vLLM's API server, which falls behind the engine at times and then streams nothing (seen: up to 14
+# s): a silence in the low-priority streams (a chunk every ~0.25 s otherwise) longer than MAX_SILENCE_S
+# and than half that TTFT marks such an attempt. (Under the stock scheduler the request waits for a
+# low-priority one to finish whatever the API server does.)
 MIN_LEFT_S = 3.0
 MAX_SILENCE_S = 2.0
-ATTEMPTS = 4
+ATTEMPTS = 6
 
 
 @dataclass
@@ -116,7 +118,9 @@ class Scenario:
 
     @property
     def valid(self) -> bool:
-        return self.left_s >= MIN_LEFT_S and self.silence_s <= max(MAX_SILENCE_S, self.high.ttft_s / 2)
+        if self.left_s < MIN_LEFT_S:
+            return False
+        return self.name == "stock" or self.silence_s <= max(MAX_SILENCE_S, self.high.ttft_s / 2)
 
     @property
     def low_decode_tok_s(self) -> float:
@@ -155,8 +159,9 @@ def _metrics(client: httpx.Client) -> dict[str, float]:
     return {name: value for name in names if (value := _metric(response.text, name)) is not None}
 
 
-def _stream(url: str, stream: Stream, body: dict[str, Any]) -> Stream:
-    """POST a streaming completion; record when its first token and its end arrive."""
+def _stream(url: str, stream: Stream, body: dict[str, Any], client: httpx.Client | None = None) -> Stream:
+    """POST a streaming completion (on `client`, else a new one); record when its first token and its end
+    arrive."""
     payload = {
         "model": "tiny",
         "stream": True,
@@ -167,9 +172,10 @@ def _stream(url: str, stream: Stream, body: dict[str, Any]) -> Stream:
         **body,
     }
     deadline = time.monotonic() + STREAM_DEADLINE_S
-    with httpx.Client(base_url=url, timeout=HTTP_TIMEOUT) as client:
+    with contextlib.ExitStack() as stack:
+        http = client or stack.enter_context(httpx.Client(base_url=url, timeout=HTTP_TIMEOUT))
         stream.sent = time.monotonic()
-        with client.stream("POST", "/v1/completions", json=payload) as response:
+        with http.stream("POST", "/v1/completions", json=payload) as response:
             if response.status_code != 200:
                 response.read()
                 raise AssertionError(f"{stream.request_id}: HTTP {response.status_code}: {response.text}")
@@ -199,7 +205,14 @@ def _run_scenario(server: VllmServer, name: str, attempt: int, trace_path: Path 
     high = Stream(f"high-{tag}")
     low_body = {"max_tokens": LOW_OUTPUT, "priority": LOW_PRIORITY, "stream_interval": LOW_STREAM_INTERVAL}
     seed = 1000 * attempt  # fresh prompts: nothing from an earlier attempt is in the prefix cache
-    with ThreadPoolExecutor(max_workers=2) as pool, httpx.Client(base_url=server.url, timeout=10.0) as client:
+    # The high-priority request's client exists before the scenario starts: building one loads the CA
+    # bundle into an SSL context, which took ~25 s once in a CI run while vLLM kept both cores busy.
+    high_client = httpx.Client(base_url=server.url, timeout=HTTP_TIMEOUT)
+    with (
+        ThreadPoolExecutor(max_workers=2) as pool,
+        httpx.Client(base_url=server.url, timeout=10.0) as client,
+        high_client,
+    ):
         futures: list[Future[Stream]] = []
         for i, low in enumerate(lows):
             body = {**low_body, "prompt": _prompt(seed + i, LOW_PROMPT)}
@@ -216,7 +229,7 @@ def _run_scenario(server: VllmServer, name: str, attempt: int, trace_path: Path 
             "priority": HIGH_PRIORITY,
             "prompt": _prompt(seed + 99, HIGH_PROMPT),
         }
-        _stream(server.url, high, high_body)
+        _stream(server.url, high, high_body, high_client)
         for future in futures:
             future.result(timeout=STREAM_DEADLINE_S)
         metrics = _metrics(client)
