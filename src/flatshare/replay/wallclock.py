@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -199,10 +200,40 @@ async def run_wallclock(
 
 def run_in_loop(main: Coroutine[Any, Any, T]) -> T:
     """`asyncio.run(main)` on uvloop when it is installed (about 15% less CPU per streamed token here),
-    else on asyncio's own loop. Ctrl-C cancels `main`, then raises KeyboardInterrupt, as asyncio.run."""
+    else on asyncio's own loop. Ctrl-C (SIGINT) cancels `main` through the loop's own signal handling
+    (`loop.add_signal_handler`), then raises KeyboardInterrupt, as asyncio.run does."""
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(main)
+        return asyncio.run(_interruptible(main))
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(main)
+        return runner.run(_interruptible(main))
+
+
+async def _interruptible(main: Coroutine[Any, Any, T]) -> T:
+    """Await `main` in a task that SIGINT cancels. asyncio.Runner's own SIGINT handler is a Python-level
+    signal handler, and in two of three CI runs on a loaded machine a replay did not stop on SIGINT
+    (tests/replay/test_replay_servesim.py); the loop's own signal handling (which wakes the loop) takes
+    SIGINT over while `main` runs. Where the loop cannot take signals (not the main thread), `main` runs
+    as it is."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(main)
+    interrupted = False
+
+    def on_sigint() -> None:
+        nonlocal interrupted
+        interrupted = True
+        task.cancel()
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    except (NotImplementedError, RuntimeError, ValueError):
+        return await task
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if interrupted:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
