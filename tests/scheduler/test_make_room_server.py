@@ -11,8 +11,9 @@ vLLM 0.32 admits a waiting request only when its whole prompt fits (`scheduler_r
 never preempts for a waiting one, so under the stock scheduler the high-priority request waits until a
 low-priority one finishes: as long as the rest of the low-priority decode (8,400 tokens, about 30 s on
 two shared cores). make-room preempts one low-priority request in the next step, so the first token
-comes after one 20k-token prefill (1-3 s here); the victim is recomputed afterwards and still produces
-all its tokens.
+comes after one 20k-token prefill (1.6-1.7 s at the client when nothing stalls); the victim is
+recomputed afterwards and still produces all its tokens. Which scheduler queued the request, and for how
+long, is read from vLLM's engine-side queue-time histogram (see the comment on QUEUE_HISTOGRAM).
 """
 
 from __future__ import annotations
