@@ -1,15 +1,14 @@
 """Issue 8: the simulator against a real vLLM CPU server (the tiny local model, scarce KV).
 
 Two server starts, one after the other: vLLM's stock scheduler, then make-room. On each server the
-test calibrates a profile (`calibrate-engine --quick`, repeated 3 times), then replays a small
+test calibrates a profile (`calibrate-engine`, every probe 5 times), then replays a small
 voice-plus-agents workload against the server twice (the real-vs-real noise) and once through the
 simulator with that profile. Then the same comparison (`--real-from`, no server) with a profile from
 another engine must fail.
 
 Asserted rows (`ENGINE_ROWS`), what the engine decides: vLLM's own mean inter-token and end-to-end
-latency (its histograms, before any HTTP response) against the simulator's means, the agents'
-end-to-end p50 (a long stream ends when the engine finishes it, however its tokens were delivered),
-and the preemption count. Each must be within max(FLOOR, K x real-vs-real), the bound of
+latency (its histograms, before any HTTP response) against the simulator's means, and the preemption
+count. Each must be within max(FLOOR, K x real-vs-real), the bound of
 `flatshare.fidelity.compare` with K = 3 (one noise sample can be small by chance) and FLOOR = 40% (on
 two shared cores the engine's step time drifted by up to 38% between a calibration and a run minutes
 later when one profile served both servers, docs/fidelity.md; calibrated on each server just before
@@ -42,7 +41,11 @@ pytestmark = [pytest.mark.server, pytest.mark.vllm, pytest.mark.timeout(900)]
 SPEC = "voice-agents:callers=3,agents=5,duration=25,turns=4,agent_stagger=1"
 MODEL_LEN, BLOCKS, BUDGET, SEQS = 1024, 66, 512, 16  # 33 blocks still hold max_model_len
 FLOOR, K = 0.4, 3.0
-ENGINE_ROWS = {("engine", "itl_mean"), ("engine", "e2e_mean"), ("agent", "e2e_p50"), ("run", "preemptions")}
+# Asserted: vLLM's own means and the preemption count. The agents' client-side e2e p50 was asserted too
+# until a CI run where vLLM's API server stalled and delivered the agents' tokens in one late burst
+# (real gap p50 0.0 ms, e2e p50 1.63 s against an engine mean of 0.54 s): it is reported with the other
+# client-side rows.
+ENGINE_ROWS = {("engine", "itl_mean"), ("engine", "e2e_mean"), ("run", "preemptions")}
 
 
 def _server(model: Path, make_room: bool) -> VllmServerConfig:
@@ -82,7 +85,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Fide
             # Calibrated on each server just before its runs: the engine's speed on two shared cores
             # drifts by tens of percent over minutes, and a profile is a statement about the machine now.
             profile = out / f"tiny-{name}.json"
-            print(calibrate_engine_command(server.url, profile, quick=True).line())
+            # The full probe set (~15 s): a --quick fit missed one probe by 90% in a CI run.
+            print(calibrate_engine_command(server.url, profile).line())
             found[name] = _fidelity(server.url, profile, out / name, scheduler)
             print(found[name].line())
     stock, profile, halved = out / "stock", out / "tiny-stock.json", BLOCKS // 2
