@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from flatshare.errors import InputError
-from flatshare.replay.endpoints import normalize_url
+from flatshare.replay.endpoints import first_model, normalize_url
 
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 
@@ -113,12 +113,9 @@ def check_gateway(
 
 def _model(client: httpx.Client, url: str) -> tuple[str | None, int | None]:
     try:
-        cards = client.get(f"{url}/v1/models").json()["data"]
-        card = cards[0]
+        return first_model(client.get(f"{url}/v1/models").json())
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
         return None, None
-    max_len = card.get("max_model_len")
-    return str(card["id"]), max_len if isinstance(max_len, int) and not isinstance(max_len, bool) else None
 
 
 def put_routing(client: httpx.Client, url: str, token: str, routing: dict[str, Any]) -> dict[str, Any]:

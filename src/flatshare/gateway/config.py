@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from flatshare.gateway.policies import POLICY_NAMES, PREFER_NAMES
+from flatshare.gateway.policies import check_routing_names
 from flatshare.gateway.routing import Thresholds
 from flatshare.gateway.upstream import UPSTREAM_CLIENTS
 
@@ -145,10 +145,7 @@ class GatewayConfig:
         if not self.backends:
             raise ValueError("give at least one backend (backends in the file, or --backend URL)")
         _unique("backend name", [b.name for b in self.backends])
-        if self.policy not in POLICY_NAMES:
-            raise ValueError(f"policy must be one of {', '.join(POLICY_NAMES)}, got {self.policy!r}")
-        if self.prefer not in PREFER_NAMES:
-            raise ValueError(f"prefer must be one of {', '.join(PREFER_NAMES)}, got {self.prefer!r}")
+        check_routing_names(self.policy, self.prefer)
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must lie in 0..65535, got {self.port}")
         _unique("tenant name", [t.name for t in self.tenants])

@@ -107,6 +107,14 @@ _SIMPLE: dict[str, Policy] = {
 }
 
 
+def check_routing_names(policy: str, prefer: str) -> None:
+    """ValueError unless `policy` and `prefer` name a policy and a preferred-backend rule."""
+    if policy not in POLICY_NAMES:
+        raise ValueError(f"policy must be one of {', '.join(POLICY_NAMES)}, got {policy!r}")
+    if prefer not in PREFER_NAMES:
+        raise ValueError(f"prefer must be one of {', '.join(PREFER_NAMES)}, got {prefer!r}")
+
+
 def make_policy(
     name: str, thresholds: Thresholds | None = None, prefer: str = "round-robin", seed: int = 0
 ) -> Policy:

@@ -22,7 +22,7 @@ from typing import Any
 from flatshare.errors import InputError
 from flatshare.gateway.config import GatewayConfig, ThresholdConfig
 from flatshare.gateway.configfile import build
-from flatshare.gateway.policies import POLICY_NAMES, PREFER_NAMES, Policy, make_policy
+from flatshare.gateway.policies import Policy, check_routing_names, make_policy
 from flatshare.gateway.routing import Thresholds
 
 CHANGE_KEYS = ("policy", "prefer", "thresholds")
@@ -39,10 +39,7 @@ class RoutingConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICY_NAMES:
-            raise ValueError(f"policy must be one of {', '.join(POLICY_NAMES)}, got {self.policy!r}")
-        if self.prefer not in PREFER_NAMES:
-            raise ValueError(f"prefer must be one of {', '.join(PREFER_NAMES)}, got {self.prefer!r}")
+        check_routing_names(self.policy, self.prefer)
 
     @classmethod
     def of(cls, config: GatewayConfig) -> RoutingConfig:

@@ -61,10 +61,15 @@ async def discover(client: httpx.AsyncClient, url: str) -> Endpoint:
     try:
         response = await client.get(f"{base}/v1/models")
         response.raise_for_status()
-        card = response.json()["data"][0]
-        model = str(card["id"])
+        model, max_len = first_model(response.json())
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
         return Endpoint(base, error=f"/v1/models: {type(exc).__name__}: {exc}")
-    max_len = card.get("max_model_len")
-    max_len = max_len if isinstance(max_len, int) and not isinstance(max_len, bool) else None
     return Endpoint(base, model, max_len)
+
+
+def first_model(models: Any) -> tuple[str, int | None]:
+    """The first model of a `/v1/models` answer and its `max_model_len` (None unless an integer);
+    KeyError, IndexError or TypeError when the answer lists none."""
+    card = models["data"][0]
+    max_len = card.get("max_model_len")
+    return str(card["id"]), max_len if isinstance(max_len, int) and not isinstance(max_len, bool) else None
