@@ -4,6 +4,7 @@ coefficients from probes made with them, and the probe layouts follow vLLM's chu
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from flatshare.fidelity.calibrate import CalibrationPlan
 from flatshare.fidelity.fit import COEFFICIENTS, Probe, fit_probes, predict, step_features
-from flatshare.fidelity.probes import ServerInfo, histogram, info_labels, metric
+from flatshare.fidelity.probes import ServerInfo, histogram, histogram_buckets, info_labels, metric
 from flatshare.fidelity.profile_file import build_profile, kv_bytes_per_token, write_profile
 from flatshare.fidelity.work import Step, beside_steps, decode_step, prefill_steps
 from flatshare.sim.profile import ScheduledWork, StepTimeProfile, load_profile
@@ -138,6 +139,17 @@ def test_metrics_text_parsing() -> None:
     }
     assert metric(text, "vllm:num_preemptions_total") == 3.0 and metric(text, "vllm:nothing") is None
     assert histogram(text, "vllm:inter_token_latency_seconds") == (1.5, 600.0)
+    buckets = (
+        'vllm:request_queue_time_seconds_bucket{engine="0",le="2.0",model_name="tiny"} 2.0\n'
+        'vllm:request_queue_time_seconds_bucket{engine="0",le="5.0",model_name="tiny"} 3.0\n'
+        'vllm:request_queue_time_seconds_bucket{engine="0",le="+Inf",model_name="tiny"} 4.0\n'
+    )
+    assert histogram_buckets(buckets, "vllm:request_queue_time_seconds") == {
+        2.0: 2.0,
+        5.0: 3.0,
+        math.inf: 4.0,
+    }
+    assert histogram_buckets(text, "vllm:request_queue_time_seconds") == {}
 
 
 def test_the_shipped_tiny_profile_was_measured_and_records_its_fit() -> None:

@@ -23,7 +23,6 @@ import itertools
 import json
 import math
 import random
-import re
 import threading
 import time
 import uuid
@@ -36,6 +35,7 @@ from typing import Any
 import httpx
 import pytest
 
+from flatshare.fidelity.probes import histogram_buckets, metric
 from flatshare.testing.tiny_model import make_tiny_model
 from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
 
@@ -165,26 +165,20 @@ def _prompt(seed: int, length: int) -> list[int]:
     return [rng.randrange(4, VOCAB) for _ in range(length)]
 
 
-def _metric(text: str, name: str) -> float | None:
-    found = re.search(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)$", text, re.MULTILINE)
-    return float(found.group(1)) if found else None
-
-
-def _metrics(client: httpx.Client) -> dict[str, float]:
+def _scrape(client: httpx.Client) -> str:
     response = client.get("/metrics")
     response.raise_for_status()
+    return response.text
+
+
+def _metrics(text: str) -> dict[str, float]:
     names = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_preemptions_total")
-    return {name: value for name in names if (value := _metric(response.text, name)) is not None}
+    return {name: value for name in names if (value := metric(text, name)) is not None}
 
 
-def _queue_buckets(client: httpx.Client) -> dict[float, float]:
+def _queue_buckets(text: str) -> dict[float, float]:
     """Cumulative counts of vLLM's `request_queue_time_seconds` histogram by bucket bound (`+Inf`: inf)."""
-    response = client.get("/metrics")
-    response.raise_for_status()
-    found: dict[float, float] = {}
-    pattern = rf'^{re.escape(QUEUE_HISTOGRAM)}_bucket\{{[^}}]*le="([^"]+)"[^}}]*\}} (\S+)$'
-    for bound, count in re.findall(pattern, response.text, re.MULTILINE):
-        found[float(bound)] = found.get(float(bound), 0.0) + float(count)
+    found = histogram_buckets(text, QUEUE_HISTOGRAM)
     assert math.inf in found, f"no {QUEUE_HISTOGRAM} buckets in /metrics"
     return found
 
@@ -243,7 +237,7 @@ def _run_scenario(server: VllmServer, name: str, attempt: int, trace_path: Path 
         httpx.Client(base_url=server.url, timeout=10.0) as client,
         high_client,
     ):
-        queued_before = _queue_buckets(client)  # the server is idle: it answers at once
+        queued_before = _queue_buckets(_scrape(client))  # the server is idle: it answers at once
         futures: list[Future[Stream]] = []
         for i, low in enumerate(lows):
             body = {**low_body, "prompt": _prompt(seed + i, LOW_PROMPT)}
@@ -263,8 +257,8 @@ def _run_scenario(server: VllmServer, name: str, attempt: int, trace_path: Path 
         _stream(server.url, high, high_body, high_client)
         for future in futures:
             future.result(timeout=STREAM_DEADLINE_S)
-        metrics = _metrics(client)
-        queued_after = _queue_buckets(client)
+        text = _scrape(client)
+        metrics, queued_after = _metrics(text), _queue_buckets(text)
     queued = {bound: queued_after[bound] - queued_before.get(bound, 0.0) for bound in queued_after}
     trace = []
     if trace_path is not None and trace_path.exists():

@@ -135,6 +135,15 @@ def histogram(text: str, name: str) -> tuple[float, float]:
     return metric(text, f"{name}_sum") or 0.0, metric(text, f"{name}_count") or 0.0
 
 
+def histogram_buckets(text: str, name: str) -> dict[float, float]:
+    """Cumulative counts of histogram `name` by bucket bound (`+Inf` as inf), summed over label sets."""
+    found: dict[float, float] = {}
+    pattern = rf'^{re.escape(name)}_bucket\{{[^}}]*le="([^"]+)"[^}}]*\}} (\S+)$'
+    for bound, count in re.findall(pattern, text, re.M):
+        found[float(bound)] = found.get(float(bound), 0.0) + float(count)
+    return found
+
+
 def info_labels(text: str, name: str) -> dict[str, str]:
     """The labels of an info gauge such as `vllm:cache_config_info` (empty when absent)."""
     found = re.search(rf"^{re.escape(name)}\{{(.*)\}} \S+$", text, re.M)
