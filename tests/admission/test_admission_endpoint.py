@@ -238,3 +238,30 @@ def test_salted_prompts_are_fresh_and_within_the_models_vocabulary() -> None:
 def test_a_vocabulary_too_small_is_refused(tmp_path: Path) -> None:
     with gateway(NOWHERE, admin_token=TOKEN) as url, pytest.raises(InputError, match="vocab"):
         _run(url, tmp_path, model="m", vocab_size=4)
+
+
+def test_each_decision_sees_the_last_reading_of_each_backend_before_it() -> None:
+    """Decisions in send order, numbered, each with every backend as its last sample at or before the
+    send time (a backend not read yet is absent); requests without routing headers make none."""
+    from flatshare.admission.endpoint import decisions_from
+    from flatshare.replay.records import ReplayRecord
+
+    def record(rid: str, send_s: float) -> ReplayRecord:
+        return ReplayRecord(rid, rid, "short", 1, 100, 8, "b0", send_s)
+
+    def sample(engine: str, t: float, kv: float) -> dict[str, Any]:
+        return {"engine": engine, "t": t, "kv_usage": kv, "running": 1, "waiting": 0}
+
+    samples = [
+        sample("b1", 0.25, 0.9),
+        sample("b0", 0.0, 0.1),
+        sample("b0", 0.2, 0.2),
+        sample("b0", 0.5, 0.5),
+    ]
+    records = [record("late", 0.6), record("first", 0.1), record("mid", 0.3), record("unrouted", 0.4)]
+    heads = {r: ("b1", "kv_pressure", "b0") for r in ("late", "first", "mid")}
+    decisions = decisions_from(records, heads, samples)
+    assert [(d.request_id, d.sequence) for d in decisions] == [("first", 0), ("mid", 1), ("late", 2)]
+    seen = [{b["name"]: b["kv_usage"] for b in d.backends} for d in decisions]
+    assert seen == [{"b0": 0.1}, {"b0": 0.2, "b1": 0.9}, {"b0": 0.5, "b1": 0.9}]
+    assert (decisions[0].backend, decisions[0].preferred, decisions[0].reason) == ("b1", "b0", "kv_pressure")

@@ -219,14 +219,17 @@ def decisions_from(
     backends as the last samples at or before it."""
     out = []
     answered = sorted((r for r in records if r.id in heads), key=lambda r: (r.send_s, r.id))
+    ordered = sorted(samples, key=lambda s: s["t"])
+    seen: dict[str, dict[str, Any]] = {}
+    next_sample = 0  # both in time order: one pass over the samples
     for sequence, record in enumerate(answered):
         backend, reason, preferred = heads[record.id]
-        seen: dict[str, dict[str, Any]] = {}
-        for s in samples:
-            if s["t"] <= record.send_s:
-                seen[s["engine"]] = {k: s[k] for k in ("kv_usage", "running", "waiting")} | {
-                    "name": s["engine"]
-                }
+        while next_sample < len(ordered) and ordered[next_sample]["t"] <= record.send_s:
+            sample = ordered[next_sample]
+            seen[sample["engine"]] = {k: sample[k] for k in ("kv_usage", "running", "waiting")} | {
+                "name": sample["engine"]
+            }
+            next_sample += 1
         out.append(
             DecisionRecord(
                 round(record.send_s, 6),
