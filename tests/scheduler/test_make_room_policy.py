@@ -6,10 +6,12 @@ import pytest
 
 from flatshare.scheduler.config import MakeRoomConfig, MakeRoomConfigError
 from flatshare.scheduler.policy import (
+    Admission,
     RunningView,
     blocks_freed,
-    blocks_needed,
     choose_victims,
+    fits,
+    hold_allowed,
     hold_threshold,
     in_window,
     is_held,
@@ -17,8 +19,14 @@ from flatshare.scheduler.policy import (
 )
 
 
-def view(rid: str, priority: int, arrival: float, blocks: range | tuple[int, ...]) -> RunningView:
-    return RunningView(rid, priority, arrival, tuple(blocks))
+def view(
+    rid: str, priority: int, arrival: float, blocks: range | tuple[int, ...], tokens: int = 1, new: int = 0
+) -> RunningView:
+    return RunningView(rid, priority, arrival, tuple(blocks), tokens, new)
+
+
+def need(blocks: int, free: int, seats: int = 10, budget: int = 512, hits: tuple[int, ...] = ()) -> Admission:
+    return Admission(blocks, frozenset(hits), 0, free, seats, budget)
 
 
 def test_victims_follow_vllms_priority_order() -> None:
@@ -37,27 +45,63 @@ def test_shared_blocks_free_nothing_unless_every_holder_goes() -> None:
 def test_choose_victims_takes_the_fewest_in_order() -> None:
     running = [view("a", 10, 0.0, range(0, 10)), view("b", 10, 1.0, range(10, 30))]
     refs = {i: 1 for i in range(30)}
-    choice = choose_victims(running, waiting_priority=0, needed_blocks=15, max_victims=2, ref_counts=refs)
-    assert choice.victims == ("b",) and choice.freed_blocks == 20 and not choice.declined
+    choice = choose_victims(need(15, 0), running, 0, max_victims=2, ref_counts=refs)
+    assert choice.victims == ("b",) and choice.admitted and not choice.declined
 
 
 def test_choose_victims_declines_when_max_victims_would_not_suffice() -> None:
     running = [view(f"r{i}", 10, float(i), range(10 * i, 10 * i + 10)) for i in range(4)]
     refs = {i: 1 for i in range(40)}
-    choice = choose_victims(running, waiting_priority=0, needed_blocks=25, max_victims=2, ref_counts=refs)
-    assert choice.victims == () and choice.declined
+    choice = choose_victims(need(25, 0), running, 0, max_victims=2, ref_counts=refs)
+    assert choice.victims == () and choice.declined and not choice.admitted
 
 
 def test_choose_victims_never_takes_equal_or_higher_priority() -> None:
     running = [view("a", 5, 0.0, range(10)), view("b", 0, 1.0, range(10, 20))]
     refs = {i: 1 for i in range(20)}
-    choice = choose_victims(running, waiting_priority=5, needed_blocks=1, max_victims=2, ref_counts=refs)
-    assert choice.victims == () and not choice.declined
+    choice = choose_victims(need(1, 0), running, 5, max_victims=2, ref_counts=refs)
+    assert choice.victims == () and not choice.declined and not choice.admitted
 
 
-def test_blocks_needed_counts_held_cache_hits_as_free() -> None:
-    assert blocks_needed(100, 16, cached_held_blocks=0, watermark_blocks=0) == 7
-    assert blocks_needed(100, 16, cached_held_blocks=3, watermark_blocks=1) == 5
+def test_a_hit_on_a_victims_blocks_is_not_counted_twice() -> None:
+    # The waiting request's 32-block prefix hit lives in the victim's blocks 0-31: preempting the
+    # victim frees them, and then each costs the waiting request a block again.
+    victim = view("v", 10, 0.0, range(0, 32))
+    other = view("x", 0, 0.0, range(32, 40))
+    refs = {i: 1 for i in range(40)}
+    hit = tuple(range(32))
+    admission = need(25, free=24, hits=hit)
+    assert not fits(admission, [victim, other], [victim], refs)
+    choice = choose_victims(admission, [victim, other], 0, max_victims=2, ref_counts=refs)
+    assert choice.victims == () and choice.declined
+
+
+def test_blocks_the_running_requests_take_first_count() -> None:
+    a = view("a", 10, 0.0, range(0, 4), tokens=1, new=1)
+    b = view("b", 0, 1.0, range(4, 8), tokens=1, new=3)
+    refs = {i: 1 for i in range(8)}
+    assert fits(need(5, free=9), [a, b], [], refs)
+    assert not fits(need(5, free=8), [a, b], [], refs)
+    assert fits(need(5, free=4), [a, b], [a], refs)
+    assert not fits(need(5, free=3), [a, b], [a], refs)  # a leaves: its 4 blocks back, its 1 not taken
+
+
+def test_a_seat_is_freed_only_when_asked() -> None:
+    running = [view("a", 10, 0.0, range(0, 4)), view("b", 10, 1.0, range(4, 8))]
+    refs = {i: 1 for i in range(8)}
+    seats = choose_victims(need(2, free=100, seats=0), running, 0, 2, refs)
+    assert seats.victims == ("b",) and seats.for_seats and seats.admitted
+    off = choose_victims(need(2, free=100, seats=0), running, 0, 2, refs, for_seats=False)
+    assert off.victims == () and not off.admitted
+
+
+def test_no_victim_when_the_running_requests_use_the_whole_budget() -> None:
+    running = [view("a", 0, 0.0, range(4), tokens=512)]
+    assert not fits(need(1, free=100, budget=512), running, [], {i: 1 for i in range(4)})
+
+
+def test_the_hold_bound() -> None:
+    assert hold_allowed(0, 256) and hold_allowed(255, 256) and not hold_allowed(256, 256)
 
 
 def test_the_hold_window() -> None:
@@ -81,6 +125,8 @@ def test_the_hold_window() -> None:
         ({"window_tokens": -1}, "window_tokens"),
         ({"protect_priority": 1.5}, "protect_priority"),
         ({"windw_tokens": 8}, "unknown key"),
+        ({"max_hold_steps": 0}, "max_hold_steps must be an integer >= 1"),
+        ({"preempt_for_seats": 1}, "preempt_for_seats must be true or false"),
     ],
 )
 def test_invalid_config_is_a_clear_error(section: dict[str, object], message: str) -> None:

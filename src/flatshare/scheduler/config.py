@@ -25,7 +25,14 @@ class MakeRoomConfig:
     lower-priority requests get no prefill tokens in the step (0 turns the hold off).
     `hold_decode`: hold their decode as well.
     `protect_priority`: requests whose priority value is at or below it are protected.
-    `trace_path`: if set, append one JSON line per step in which make-room acted or held.
+    `preempt_for_seats`: when the protected request waits only for a seat (`max_num_seqs` running),
+    preempt one strictly lower-priority request for it (vLLM issue #40004).
+    `max_hold_steps`: the hold's bound; after this many steps in a row that held lower priorities,
+    one step holds nothing, so they always make progress.
+    `trace_path`: if set, append one JSON line per step in which make-room acted or held; the file
+    must be writable when the scheduler is built.
+    `allow_untested_vllm`: run on a vLLM version make-room was not tested against (a warning instead of
+    a start-up error); the environment variable FLATSHARE_ALLOW_UNTESTED_VLLM=1 does the same.
     """
 
     enabled: bool = False
@@ -33,15 +40,18 @@ class MakeRoomConfig:
     window_tokens: int = 48
     hold_decode: bool = False
     protect_priority: int = 0
+    preempt_for_seats: bool = True
+    max_hold_steps: int = 256
     trace_path: str | None = None
+    allow_untested_vllm: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("enabled", "hold_decode"):
+        for name in ("enabled", "hold_decode", "preempt_for_seats", "allow_untested_vllm"):
             if not isinstance(getattr(self, name), bool):
                 raise MakeRoomConfigError(
                     f"make_room.{name} must be true or false, got {getattr(self, name)!r}"
                 )
-        for name, minimum in (("max_victims", 1), ("window_tokens", 0)):
+        for name, minimum in (("max_victims", 1), ("window_tokens", 0), ("max_hold_steps", 1)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise MakeRoomConfigError(f"make_room.{name} must be an integer >= {minimum}, got {value!r}")

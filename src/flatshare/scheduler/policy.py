@@ -1,6 +1,8 @@
-"""make-room's decisions as pure functions of plain values: victims, freed blocks, the hold.
+"""make-room's decisions as pure functions of plain values: admission, victims, the hold.
 
-Nothing here imports vLLM; `make_room.py` reads the scheduler's state into these types.
+Nothing here imports vLLM; `state.py` reads the scheduler's state into these types, in the terms vLLM's
+own admission uses (blocks as `allocate_slots` counts them, seats, the token budget left after the
+running requests), so a decision to preempt is one that vLLM will then act on in the same step.
 """
 
 from __future__ import annotations
@@ -12,21 +14,51 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class RunningView:
-    """A running request as victim choice sees it: its priority, arrival and KV block ids."""
+    """A running request as victim choice sees it: priority, arrival, KV block ids of all groups, what
+    the running loop would give it this step if it stays (tokens and new blocks), and whether vLLM can
+    free its blocks now (not under a deferred free)."""
 
     request_id: str
     priority: int
     arrival_time: float
     block_ids: tuple[int, ...]
+    step_tokens: int = 0
+    step_blocks: int = 0
+    freeable: bool = True
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a waiting request needs from this step, as vLLM's waiting loop would check it.
+
+    `request_blocks`: free blocks its allocation takes now (vLLM's own count, all KV groups, evictable
+    prefix hits included); `hit_block_ids`: its prefix-hit blocks other requests hold now (free now,
+    they cost a block each once every holder is preempted); `watermark_blocks`: vLLM's watermark,
+    applied only while some request stays running; `free_blocks`, `seats_free` (under `max_num_seqs`)
+    and `token_budget` (before the running loop takes its share) are the step's resources.
+    """
+
+    request_blocks: int
+    hit_block_ids: frozenset[int]
+    watermark_blocks: int
+    free_blocks: int
+    seats_free: int
+    token_budget: int
 
 
 @dataclass(frozen=True)
 class VictimChoice:
-    """Requests to preempt (in order) and the blocks that frees; `declined` when they would not suffice."""
+    """Requests to preempt (in order) so that the waiting request is admitted in this step.
+
+    `admitted`: the request will be admitted (with these victims, possibly none); `declined`: some
+    candidates existed but `max_victims` of them would not make it fit; `for_seats`: a victim was needed
+    for a seat rather than for blocks.
+    """
 
     victims: tuple[str, ...]
-    freed_blocks: int
-    declined: bool
+    admitted: bool
+    declined: bool = False
+    for_seats: bool = False
 
 
 def vllm_victim_order(running: Iterable[RunningView]) -> list[RunningView]:
@@ -40,42 +72,64 @@ def blocks_freed(victims: Sequence[RunningView], ref_counts: dict[int, int]) -> 
     A block is freed only when every holder of it is among the victims: a block shared with a request
     that keeps running (a common prefix) frees nothing.
     """
+    return len(_released(victims, ref_counts))
+
+
+def _released(victims: Sequence[RunningView], ref_counts: dict[int, int]) -> set[int]:
     held = Counter(block for victim in victims for block in set(victim.block_ids))
-    return sum(1 for block, n in held.items() if ref_counts.get(block, 0) <= n)
+    return {block for block, n in held.items() if ref_counts.get(block, 0) <= n}
+
+
+def fits(
+    admission: Admission,
+    running: Sequence[RunningView],
+    victims: Sequence[RunningView],
+    ref_counts: dict[int, int],
+) -> bool:
+    """Whether vLLM admits the waiting request this step once `victims` are preempted.
+
+    The running requests that stay are scheduled first and take their `step_tokens` and `step_blocks`;
+    the request then needs a seat, some token budget, and its blocks plus the watermark. Hit blocks
+    that only victims held become evictable: each costs a free block, and was counted as freed.
+    """
+    gone = {v.request_id for v in victims}
+    staying = [r for r in running if r.request_id not in gone]
+    if admission.seats_free + len(victims) <= 0:
+        return False
+    if sum(r.step_tokens for r in staying) >= admission.token_budget:
+        return False
+    released = _released(victims, ref_counts)
+    need = admission.request_blocks + len(released & admission.hit_block_ids)
+    need += sum(r.step_blocks for r in staying)
+    need += admission.watermark_blocks if staying else 0
+    return need <= admission.free_blocks + len(released)
 
 
 def choose_victims(
-    running: Iterable[RunningView],
+    admission: Admission,
+    running: Sequence[RunningView],
     waiting_priority: int,
-    needed_blocks: int,
     max_victims: int,
     ref_counts: dict[int, int],
+    for_seats: bool = True,
 ) -> VictimChoice:
-    """Pick at most `max_victims` strictly lower-priority requests, in vLLM's order, freeing enough.
-
-    Takes victims one by one until the blocks they would free reach `needed_blocks`. If `max_victims`
-    victims (or all candidates) would not free enough, preempts nobody, and reports `declined` if
-    there was any candidate at all.
-    """
-    if needed_blocks <= 0:
-        return VictimChoice((), 0, False)
-    candidates = [r for r in vllm_victim_order(running) if r.priority > waiting_priority]
+    """The fewest strictly lower-priority requests, taken in vLLM's order, that get the waiting request
+    admitted this step; nobody if `max_victims` of them would not. With `for_seats` false a victim is
+    never taken only to free a seat (the waiting request then waits for one, as in stock vLLM)."""
+    if fits(admission, running, (), ref_counts):
+        return VictimChoice((), admitted=True)
+    order = vllm_victim_order(running)
+    candidates = [r for r in order if r.priority > waiting_priority and r.freeable]
+    seat_bound = admission.seats_free <= 0
+    if seat_bound and not for_seats:
+        return VictimChoice((), admitted=False)
     chosen: list[RunningView] = []
     for candidate in candidates[:max_victims]:
         chosen.append(candidate)
-        freed = blocks_freed(chosen, ref_counts)
-        if freed >= needed_blocks:
-            return VictimChoice(tuple(r.request_id for r in chosen), freed, False)
-    return VictimChoice((), 0, bool(candidates))
-
-
-def blocks_needed(
-    tokens_after_step: int, block_size: int, cached_held_blocks: int, watermark_blocks: int
-) -> int:
-    """Free blocks a waiting request needs: for `tokens_after_step` tokens in all (its prefix-cache
-    hit included), less `cached_held_blocks`, hit blocks other requests hold (they cost no free block),
-    plus vLLM's watermark."""
-    return -(-tokens_after_step // block_size) - cached_held_blocks + watermark_blocks
+        if fits(admission, running, chosen, ref_counts):
+            victims = tuple(r.request_id for r in chosen)
+            return VictimChoice(victims, admitted=True, for_seats=seat_bound)
+    return VictimChoice((), admitted=False, declined=bool(candidates))
 
 
 def hold_threshold(window_priorities: Iterable[int]) -> int | None:
@@ -93,3 +147,9 @@ def is_held(priority: int, threshold: int | None, is_prefill: bool, hold_decode:
     if threshold is None or priority <= threshold:
         return False
     return is_prefill or hold_decode
+
+
+def hold_allowed(consecutive_hold_steps: int, max_hold_steps: int) -> bool:
+    """The hold's bound: after `max_hold_steps` steps in a row that held something, one step holds
+    nothing, so lower priorities always make progress."""
+    return consecutive_hold_steps < max_hold_steps

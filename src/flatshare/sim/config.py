@@ -33,6 +33,8 @@ class EngineConfig:
     (--scheduling-policy), `max_model_len`, `scheduler` (--scheduler-cls: `vllm`, `make-room` or a
     dotted path) and `additional_config` (--additional-config, where make-room reads its settings).
     `cpu_tier_tokens` > 0 turns on the simulated CPU KV tier with that capacity.
+    `async_scheduling` (--async-scheduling): the engine schedules each step while the previous one
+    runs, and the scheduler is vLLM's `AsyncScheduler` (make-room picks its async variant itself).
     """
 
     block_size: int = 16
@@ -47,6 +49,7 @@ class EngineConfig:
     additional_config: Mapping[str, Any] = field(default_factory=dict)
     cpu_tier_tokens: int = 0
     sample_interval_s: float = 0.5
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         positive = ("block_size", "kv_tokens", "max_num_batched_tokens", "max_num_seqs", "max_model_len")

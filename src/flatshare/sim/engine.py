@@ -77,6 +77,7 @@ class SimEngine:
         self._seq = 0
         self._next_sample = 0.0
         self._empty_steps = 0
+        self._in_flight: tuple[SchedulerOutput, ModelRunnerOutput, StepReport] | None = None
         self.on_step: Callable[[StepReport], None] | None = None
 
     # -- input -----------------------------------------------------------------------------------
@@ -97,36 +98,67 @@ class SimEngine:
 
     # -- the loop ----------------------------------------------------------------------------------
     def step(self) -> StepReport | None:
-        """Run one engine step, or jump the clock to the next arrival when idle. None when done."""
+        """Run one engine step, or jump the clock to the next arrival when idle. None when done.
+
+        With `async_scheduling` the engine is pipelined as vLLM's engine core is: each step is
+        scheduled while the previous one is still executing (its outputs not yet fed back), so the
+        scheduler sees its own placeholders; the report returned is that of the step that completed.
+        """
         self._admit_arrivals()
-        if self.scheduler.get_num_unfinished_requests() == 0:
+        if self.scheduler.get_num_unfinished_requests() == 0 and self._in_flight is None:
             if not self._pending:
                 return None
             return self._idle_until(self._pending[0][0])
-        start = self.now
         output = self.scheduler.schedule()
         self._check_step(output)
+        if self.config.async_scheduling:
+            return self._step_pipelined(output)
         if output.total_num_scheduled_tokens == 0:
             return self._empty_step(output)
+        report, model_output = self._launch(output)
+        self._complete(output, model_output, report)
+        return report
+
+    def _launch(self, output: SchedulerOutput) -> tuple[StepReport, ModelRunnerOutput]:
+        """Price a scheduled step from the clock's current time; the clock is not moved."""
         work, model_output = self._execute(output)
         loads = output.kv_connector_metadata
         loaded = loads.tokens if isinstance(loads, SimStepLoads) else 0
-        end = start + self.profile.step_time(work, loaded)
-        self._sample_until(end)
-        self.now = end
+        end = self.now + self.profile.step_time(work, loaded)
         report = StepReport(
-            start,
+            self.now,
             end,
             output.total_num_scheduled_tokens,
             dict(output.num_scheduled_tokens),
             preempted=sorted(output.preempted_req_ids),
         )
+        return report, model_output
+
+    def _complete(self, output: SchedulerOutput, model_output: ModelRunnerOutput, report: StepReport) -> None:
+        """The step has executed: move the clock to its end and feed its outputs back."""
+        self._sample_until(report.end_s)
+        self.now = report.end_s
         self._apply(output, model_output, report)
         self._empty_steps = 0
         self.steps += 1
         if self.on_step is not None:
             self.on_step(report)
-        return report
+
+    def _step_pipelined(self, output: SchedulerOutput) -> StepReport:
+        """Async scheduling: finish the step in flight, then launch `output` (scheduled meanwhile)."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            self._complete(*in_flight)
+        if output.total_num_scheduled_tokens == 0:
+            if in_flight is None:
+                return self._empty_step(output)
+            self._apply(
+                output, ModelRunnerOutput(req_ids=[], req_id_to_index={}), StepReport(self.now, self.now)
+            )
+            return in_flight[2]
+        report, model_output = self._launch(output)
+        self._in_flight = (output, model_output, report)
+        return in_flight[2] if in_flight is not None else StepReport(self.now, self.now)
 
     def run(self, requests: Iterable[SimRequest] = ()) -> SimResult:
         """Submit `requests` and step until every request has finished; check no block leaked."""

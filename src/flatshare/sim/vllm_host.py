@@ -18,6 +18,7 @@ from vllm.config import CacheConfig, KVTransferConfig, ModelConfig, SchedulerCon
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256_cbor
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.interface import SchedulerInterface
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -75,6 +76,7 @@ def _vllm_config(config: EngineConfig, model_dir: Path) -> VllmConfig:
         policy=config.policy,
         is_encoder_decoder=False,
         disable_hybrid_kv_cache_manager=config.cpu_tier_tokens > 0,
+        async_scheduling=config.async_scheduling,
     )
     cache = CacheConfig(block_size=config.block_size, enable_prefix_caching=config.enable_prefix_caching)
     cache.num_gpu_blocks = config.num_gpu_blocks
@@ -98,6 +100,8 @@ def _vllm_config(config: EngineConfig, model_dir: Path) -> VllmConfig:
 def build_scheduler(config: EngineConfig) -> Scheduler:
     """A scheduler of `config.scheduler_path`, built as vLLM's engine core builds it."""
     cls = resolve_scheduler_class(config.scheduler_path)
+    if config.async_scheduling and cls is Scheduler:
+        cls = AsyncScheduler  # what vLLM builds by default under async scheduling
     with tempfile.TemporaryDirectory(prefix="flatshare-model-") as tmp:
         vllm_config = _vllm_config(config, Path(tmp))
     spec = FullAttentionSpec(block_size=config.block_size, num_kv_heads=1, head_size=64, dtype=torch.float16)

