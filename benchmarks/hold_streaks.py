@@ -74,8 +74,14 @@ def main() -> None:
         for callers in (int(c) for c in args.callers.split(",")):
             for hold_decode in (False, True):
                 for bound in (UNBOUNDED, default):
-                    settings = {"window_tokens": 48, "hold_decode": hold_decode, "max_hold_steps": bound}
-                    runs, p95, releases = [], [], 0
+                    settings: dict[str, object] = {
+                        "window_tokens": 48,
+                        "hold_decode": hold_decode,
+                        "max_hold_steps": bound,
+                    }
+                    runs: list[int] = []
+                    p95: list[float] = []
+                    releases = 0
                     for seed in range(args.seeds):
                         s, p, r = one(callers, seed, args.duration, settings, Path(tmp))
                         runs += s

@@ -8,8 +8,8 @@ checks:
 - at most `max_victims` preemptions a step, only of strictly lower priorities than the request they
   were for, and that request is admitted in the same step (no wasted preemption);
 - the hold never lasts more than `max_hold_steps` steps in a row;
-- a protected request is first scheduled no later than under stock vLLM, but for the steps that other
-  protected requests' windows and preemptions take (see `_PROTECTED_SLACK_S`);
+- a protected request is first scheduled no later than under stock vLLM, but for a few steps that
+  make-room's earlier actions can cost it (see `_PROTECTED_SLACK_S`);
 - disabled, under fcfs, or with equal priorities, every step's decisions equal stock vLLM's.
 
 `make test` runs the `ci` profile (a few hundred examples); `make test-invariants` the `soak` profile
@@ -169,10 +169,11 @@ def check_hold_bound(run: Run, scenario: Scenario) -> None:
             assert streak <= bound, f"hold of {streak} steps in a row (bound {bound})"
 
 
-# A protected request's first step may come later than under stock vLLM only because other protected
-# requests' windows are running or because make-room's earlier preemptions changed what the cache
-# holds; measured over the soak profile (see the module docstring), never more than this.
-_PROTECTED_SLACK_S = 1.0
+# A protected request's first step may come later than under stock vLLM when make-room's earlier
+# preemptions or holds changed what runs beside it (a victim re-prefilling in its step, say). Measured
+# by running this strategy's examples through both (400 examples, 419 protected requests): 8 later, by at most
+# 0.016 s (one step). The bound allows a few steps of the default profile; the soak profile checks it.
+_PROTECTED_SLACK_S = 0.1
 
 
 def check_protected_not_later(run: Run, stock: Run, scenario: Scenario) -> None:

@@ -41,7 +41,7 @@ class MakeRoomConfig:
     hold_decode: bool = False
     protect_priority: int = 0
     preempt_for_seats: bool = True
-    max_hold_steps: int = 256
+    max_hold_steps: int = 128
     trace_path: str | None = None
     allow_untested_vllm: bool = False
 

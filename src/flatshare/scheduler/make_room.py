@@ -33,7 +33,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from vllm.v1.core.sched.request_queue import SchedulingPolicy
+from vllm.v1.core.sched.request_queue import RequestQueue, SchedulingPolicy, create_request_queue
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
 
@@ -76,7 +76,10 @@ class _Plan:
 
 
 class MakeRoomMixin(Scheduler):
-    """Overrides `schedule()` and `_handle_blocked_waiting_request()`; everything else is vLLM's."""
+    """Overrides `schedule()`, `_handle_blocked_waiting_request()` and `get_request_counts()` (to count a
+    queue it sets aside for a step); everything else is vLLM's."""
+
+    waiting: RequestQueue
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -91,6 +94,7 @@ class MakeRoomMixin(Scheduler):
         self._held_waiting = 0
         self._hold_streak = 0
         self._mispredicted: set[str] = set()
+        self._parked: RequestQueue | None = None
 
     def make_room_counters(self) -> dict[str, int]:
         return asdict(self.make_room_stats)
@@ -99,20 +103,29 @@ class MakeRoomMixin(Scheduler):
         if not self._active:
             return super().schedule(*args, **kwargs)
         trace: dict[str, Any] = {}
-        plan = self._plan(trace)
+        throttle = bool(kwargs.get("throttle_prefills", args[0] if args else False))
+        plan = self._plan(trace, state.prefills_deferred(self, throttle))
         self._preempt(plan.victims)
         self._hold_threshold = plan.threshold
         held = self._hold_running(trace) if plan.threshold is not None else {}
         self._held_waiting = 0
+        self._parked = self._park_held_queue()
         try:
             output = super().schedule(*args, **kwargs)
         finally:
             for request, eligible in held.values():
                 request.next_decode_eligible_step = eligible
             self._hold_threshold = None
+            self._unpark_queue()
         self._after_step(plan, output, bool(held) or self._held_waiting > 0, trace)
         self._trace.write(self.current_step, trace)
         return output
+
+    def get_request_counts(self) -> tuple[int, int]:
+        running, waiting = super().get_request_counts()
+        if self._parked is None:
+            return running, waiting
+        return running, waiting + len(self._parked)
 
     def _handle_blocked_waiting_request(self, request: Request) -> bool:
         if not super()._handle_blocked_waiting_request(request):
@@ -123,28 +136,29 @@ class MakeRoomMixin(Scheduler):
         return True
 
     # -- the decision ------------------------------------------------------------------------------
-    def _plan(self, trace: dict[str, Any]) -> _Plan:
+    def _plan(self, trace: dict[str, Any], deferred: bool) -> _Plan:
         config = self.make_room
         hold_on = policy.hold_allowed(self._hold_streak, config.max_hold_steps)
         if not hold_on and self._hold_streak:
             self.make_room_stats.hold_bound_releases += 1
             trace["hold_released"] = True
         self._hold_streak = 0 if not hold_on else self._hold_streak
-        windows = (r.priority for r in self.running if self._opens_window(r))
-        threshold = policy.hold_threshold(windows) if hold_on else None
+        threshold = self._running_window_threshold() if hold_on else None
         candidate = state.waiting_candidate(self)
         plan = _Plan(candidate, threshold=threshold)
         if candidate is None or candidate.request_id in self._mispredicted:
             return plan
         if threshold is not None and candidate.priority > threshold:
             return plan  # held: vLLM skips it, and everything after it in priority order
+        if deferred and state.is_prefill(candidate):
+            return plan  # vLLM defers every prefill this step (data-parallel throttle, prefill cadence)
         opens = hold_on and self._opens_window(candidate)
         if not opens and not any(r.priority > candidate.priority for r in self.running):
             return plan  # nothing to preempt, no window to open: vLLM decides alone
         if_admitted = threshold
         if opens:
             if_admitted = candidate.priority if threshold is None else min(threshold, candidate.priority)
-        choice = self._choose(candidate, if_admitted, trace)
+        choice = self._choose(candidate, if_admitted, deferred, trace)
         if choice.admitted:
             plan.threshold = if_admitted
             plan.victims = choice.victims
@@ -155,6 +169,19 @@ class MakeRoomMixin(Scheduler):
                 self.make_room_stats.preemptions_for_waiting += len(choice.victims)
         return plan
 
+    def _running_window_threshold(self) -> int | None:
+        """The hold threshold of the running requests' open windows (`policy.hold_threshold` over those
+        `policy.in_window`), in one pass: this runs every step."""
+        config = self.make_room
+        if config.window_tokens <= 0:
+            return None
+        protect, window, threshold = config.protect_priority, config.window_tokens, None
+        for r in self.running:
+            p = r.priority
+            if p <= protect and r.num_output_tokens < window and (threshold is None or p < threshold):
+                threshold = p
+        return threshold
+
     def _opens_window(self, request: Request) -> bool:
         config = self.make_room
         return policy.in_window(
@@ -162,10 +189,10 @@ class MakeRoomMixin(Scheduler):
         )
 
     def _choose(
-        self, candidate: Request, threshold: int | None, trace: dict[str, Any]
+        self, candidate: Request, threshold: int | None, deferred: bool, trace: dict[str, Any]
     ) -> policy.VictimChoice:
         config = self.make_room
-        views = state.running_views(self, threshold, config.hold_decode)
+        views = state.running_views(self, threshold, config.hold_decode, deferred)
         need = state.admission(self, candidate)
         refs = state.ref_counts(self, views, need)
         choice = policy.choose_victims(
@@ -224,12 +251,40 @@ class MakeRoomMixin(Scheduler):
             trace.update(hold_threshold=self._hold_threshold, held_running=sorted(held))
         return held
 
+    def _park_held_queue(self) -> RequestQueue | None:
+        """When the first waiting request is held, all are (priority order): set `waiting` aside for the
+        step rather than have vLLM pop and re-queue each one. Only when every one is plainly WAITING or
+        PREEMPTED, so vLLM's blocked-status promotions (grammar, remote KV) are never delayed; they join
+        `deferred_waiting` as vLLM's skip would add them, and `get_request_counts()` still counts them."""
+        threshold, waiting = self._hold_threshold, self.waiting
+        if threshold is None or not waiting or self.policy != SchedulingPolicy.PRIORITY:
+            return None
+        if not policy.is_held(waiting.peek_request().priority, threshold, True, False):
+            return None
+        members = getattr(waiting, "_heap", waiting)  # any order will do: skip the sorted copy
+        if any(r.status not in state.READY for r in members):
+            return None
+        self.deferred_waiting.update(waiting)
+        self._held_waiting += len(waiting)
+        self.waiting = create_request_queue(self.policy)
+        return waiting
+
+    def _unpark_queue(self) -> None:
+        """Put the parked queue back, with whatever the step preempted into the stand-in queue."""
+        parked, self._parked = self._parked, None
+        if parked is None:
+            return
+        for request in self.waiting:
+            parked.add_request(request)
+        self.waiting = parked
+
     def _after_step(self, plan: _Plan, output: SchedulerOutput, held: bool, trace: dict[str, Any]) -> None:
         """Check the step against the plan; keep the hold's streak and the guards."""
         stats = self.make_room_stats
         scheduled = output.num_scheduled_tokens
-        self._mispredicted.difference_update(scheduled)
-        self._mispredicted.intersection_update(self.requests)
+        if self._mispredicted:
+            self._mispredicted.difference_update(scheduled)
+            self._mispredicted.intersection_update(self.requests)
         if plan.acted_for is not None and plan.acted_for not in scheduled:
             stats.mispredicted_admissions += 1
             self._mispredicted.add(plan.acted_for)

@@ -25,7 +25,7 @@ from vllm.v1.request import Request, RequestStatus
 
 from flatshare.scheduler import policy
 
-_READY = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+READY = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 
 
 def waiting_candidate(s: Any) -> Request | None:
@@ -38,7 +38,12 @@ def waiting_candidate(s: Any) -> Request | None:
     """
     if s._pause_state != PauseState.UNPAUSED:
         return None
-    for queue in (s.kv_holding_waiting, s.waiting):
+    holding = s.kv_holding_waiting
+    if not holding and s.waiting:  # the common case: the head of `waiting` is ready
+        head = s.waiting.peek_request()
+        if _ready(s, head):
+            return head
+    for queue in (holding, s.waiting):
         for request in _in_order(queue):
             if _ready(s, request):
                 return request
@@ -65,9 +70,22 @@ def _ready(s: Any, request: Request) -> bool:
     if status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR:
         so = request.structured_output_request
         return bool(so) and so.grammar is not None and not isinstance(so.grammar, Exception)
-    if status not in _READY:
+    if status not in READY:
         return False
     return not (request.num_stale_output_tokens and not request.drop_stale_output)
+
+
+def prefills_deferred(s: Any, throttle_prefills: bool) -> bool:
+    """Whether vLLM defers all prefill this step: the data-parallel throttle (`schedule(throttle_prefills=
+    True)`) or, from vLLM 0.33, the local prefill cadence (`prefill_schedule_interval`). Either applies
+    only while some running request decodes and the last release step drained the waiting queue."""
+    if getattr(s, "prefill_capacity_bound", False):
+        return False
+    interval = getattr(s, "local_prefill_interval", 1)
+    cadence = interval > 1 and (s.num_executed_steps + 1) - s.last_prefill_step < interval
+    if not (throttle_prefills or cadence):
+        return False
+    return any(not r.is_prefill_chunk for r in s.running)
 
 
 def is_prefill(request: Request) -> bool:
@@ -87,16 +105,22 @@ def long_prefill_cap(s: Any) -> int:
     return int(threshold)
 
 
-def running_views(s: Any, threshold: int | None, hold_decode: bool) -> list[policy.RunningView]:
+def running_views(
+    s: Any, threshold: int | None, hold_decode: bool, deferred: bool = False
+) -> list[policy.RunningView]:
     """Running requests with what the running loop would give each this step under the hold
-    `threshold`: tokens (before the budget runs out) and the new blocks they take."""
+    `threshold` (and with prefill `deferred`): tokens (before the budget runs out) and new blocks."""
     cap = long_prefill_cap(s)
     step = s.current_step + 1  # schedule() increments current_step first
-    return [_view(s, r, _step_tokens(s, r, threshold, hold_decode, cap, step)) for r in s.running]
+    return [_view(s, r, _step_tokens(s, r, threshold, hold_decode, cap, step, deferred)) for r in s.running]
 
 
-def _step_tokens(s: Any, r: Request, threshold: int | None, hold_decode: bool, cap: int, step: int) -> int:
+def _step_tokens(
+    s: Any, r: Request, threshold: int | None, hold_decode: bool, cap: int, step: int, deferred: bool
+) -> int:
     if policy.is_held(r.priority, threshold, is_prefill(r), hold_decode):
+        return 0
+    if deferred and r.is_prefill_chunk:
         return 0
     if step < r.next_decode_eligible_step:
         return 0
@@ -156,7 +180,7 @@ def admission(s: Any, request: Request) -> policy.Admission:
         full = min(request.num_tokens, s.max_model_len)
         needed = max(needed, _blocks_for(s, request, hits, local, full, True))
     held_hits = frozenset(b.block_id for group in hits for b in group if b.ref_cnt > 0 and not b.is_null)
-    watermark = manager.watermark_blocks if request.status in _READY else 0
+    watermark = manager.watermark_blocks if request.status in READY else 0
     seats = s.max_num_active_reqs - len(s.running) - s.num_waiting_for_streaming_input
     free = manager.block_pool.get_num_free_blocks()
     return policy.Admission(needed, held_hits, watermark, free, seats, budget)
@@ -166,9 +190,12 @@ def _prefix_hit(s: Any, request: Request) -> tuple[tuple[list[Any], ...], int]:
     manager = s.kv_cache_manager
     if request.num_computed_tokens > 0 or not manager.prefix_cache_lookup_enabled(request):
         return _empty_groups(s), 0
-    blocks, hit_tokens, _ = manager.coordinator.find_longest_cache_hit(
-        request.block_hashes, request.num_tokens - 1
-    )
+    limit = request.num_tokens - 1
+    aux = getattr(s, "aux_output_connector", None)
+    if aux is not None and hasattr(aux, "max_cache_hit"):  # vLLM 0.33: the aux-output connector caps hits
+        cap = aux.max_cache_hit(request)
+        limit = limit if cap is None else min(limit, cap)
+    blocks, hit_tokens, _ = manager.coordinator.find_longest_cache_hit(request.block_hashes, limit)
     return blocks, hit_tokens
 
 
