@@ -8,8 +8,8 @@ checks:
 - at most `max_victims` preemptions a step, only of strictly lower priorities than the request they
   were for, and that request is admitted in the same step (no wasted preemption);
 - the hold never lasts more than `max_hold_steps` steps in a row;
-- a protected request is first scheduled no later than under stock vLLM, but for a few steps that
-  make-room's earlier actions can cost it (see `_PROTECTED_SLACK_S`);
+- with seat preemption on, a protected request is first scheduled no later than under stock vLLM, but
+  for a few steps that make-room's earlier actions can cost it (see `_PROTECTED_SLACK_S`);
 - disabled, under fcfs, or with equal priorities, every step's decisions equal stock vLLM's.
 
 `make test` runs the `ci` profile (a few hundred examples); `make test-invariants` the `soak` profile
@@ -177,7 +177,9 @@ _PROTECTED_SLACK_S = 0.1
 
 
 def check_protected_not_later(run: Run, stock: Run, scenario: Scenario) -> None:
-    if scenario.engine.policy != "priority":
+    """Under the priority policy with seat preemption on: without it, work the hold deferred can sit in
+    the seat that a later protected request needs (docs/make-room.md), so no such bound holds."""
+    if scenario.engine.policy != "priority" or not scenario.make_room["preempt_for_seats"]:
         return
     mine = {r.id: r.first_scheduled_s for r in run.result.records}
     theirs = {r.id: r.first_scheduled_s for r in stock.result.records}

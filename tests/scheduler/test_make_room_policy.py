@@ -136,3 +136,12 @@ def test_invalid_config_is_a_clear_error(section: dict[str, object], message: st
 
 def test_absent_config_means_disabled() -> None:
     assert MakeRoomConfig.from_additional_config(None) == MakeRoomConfig(enabled=False)
+
+
+def test_a_victim_under_a_deferred_free_gives_its_seat_but_not_its_blocks() -> None:
+    deferred = RunningView("a", 10, 0.0, tuple(range(4)), 1, 0, freeable=False)
+    refs = {i: 1 for i in range(4)}
+    assert blocks_freed([deferred], refs) == 0
+    seat = choose_victims(need(2, free=10, seats=0), [deferred], 0, 2, refs)
+    assert seat.victims == ("a",) and seat.for_seats
+    assert not choose_victims(need(12, free=10), [deferred], 0, 2, refs).admitted

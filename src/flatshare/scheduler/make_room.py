@@ -73,7 +73,6 @@ class _Plan:
     acted_for: str | None = None
     victims: tuple[str, ...] = ()
     threshold: int | None = None
-    hold_decode: bool = False
 
 
 class MakeRoomMixin(Scheduler):
@@ -108,7 +107,7 @@ class MakeRoomMixin(Scheduler):
         plan = self._plan(trace, state.prefills_deferred(self, throttle))
         self._preempt(plan.victims)
         self._hold_threshold = plan.threshold
-        held = self._hold_running(plan.hold_decode, trace) if plan.threshold is not None else {}
+        held = self._hold_running(trace) if plan.threshold is not None else {}
         self._held_waiting = 0
         self._parked = self._park_held_queue()
         try:
@@ -146,7 +145,7 @@ class MakeRoomMixin(Scheduler):
         self._hold_streak = 0 if not hold_on else self._hold_streak
         threshold = self._running_window_threshold() if hold_on else None
         candidate = state.waiting_candidate(self)
-        plan = _Plan(candidate, threshold=threshold, hold_decode=self._decode_hold_allowed())
+        plan = _Plan(candidate, threshold=threshold)
         if candidate is None or candidate.request_id in self._mispredicted:
             return plan
         if threshold is not None and candidate.priority > threshold:
@@ -169,15 +168,6 @@ class MakeRoomMixin(Scheduler):
             elif choice.victims:
                 self.make_room_stats.preemptions_for_waiting += len(choice.victims)
         return plan
-
-    def _decode_hold_allowed(self) -> bool:
-        """`hold_decode`, except while every seat is taken and make-room may not free one: held decodes
-        would then keep the seats that an arriving protected request needs (it could wait for them)."""
-        if not self.make_room.hold_decode:
-            return False
-        if self.make_room.preempt_for_seats:
-            return True
-        return len(self.running) + self.num_waiting_for_streaming_input < self.max_num_active_reqs
 
     def _running_window_threshold(self) -> int | None:
         """The hold threshold of the running requests' open windows (`policy.hold_threshold` over those
@@ -202,7 +192,7 @@ class MakeRoomMixin(Scheduler):
         self, candidate: Request, threshold: int | None, deferred: bool, trace: dict[str, Any]
     ) -> policy.VictimChoice:
         config = self.make_room
-        views = state.running_views(self, threshold, self._decode_hold_allowed(), deferred)
+        views = state.running_views(self, threshold, config.hold_decode, deferred)
         need = state.admission(self, candidate)
         refs = state.ref_counts(self, views, need)
         choice = policy.choose_victims(
@@ -235,14 +225,16 @@ class MakeRoomMixin(Scheduler):
         self.make_room_stats.make_room_events += 1
 
     # -- the hold window ---------------------------------------------------------------------------
-    def _hold_running(self, hold_decode: bool, trace: dict[str, Any]) -> dict[str, tuple[Request, int]]:
+    def _hold_running(self, trace: dict[str, Any]) -> dict[str, tuple[Request, int]]:
         """Keep held running requests out of this step; returns what to restore afterwards."""
         held: dict[str, tuple[Request, int]] = {}
         prefill = decode = 0
         skip_until = self.current_step + 2  # schedule() increments current_step first
         for request in self.running:
             is_prefill = state.is_prefill(request)
-            if not policy.is_held(request.priority, self._hold_threshold, is_prefill, hold_decode):
+            if not policy.is_held(
+                request.priority, self._hold_threshold, is_prefill, self.make_room.hold_decode
+            ):
                 continue
             held[request.request_id] = (request, request.next_decode_eligible_step)
             request.next_decode_eligible_step = max(skip_until, request.next_decode_eligible_step)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class RunningView:
     """A running request as victim choice sees it: priority, arrival, KV block ids of all groups, what
-    the running loop would give it this step if it stays (tokens and new blocks), and whether vLLM can
-    free its blocks now (not under a deferred free)."""
+    the running loop would give it this step if it stays (tokens and new blocks), and whether vLLM frees
+    its blocks at once when it is preempted (not under a deferred free, which still frees its seat)."""
 
     request_id: str
     priority: int
@@ -76,7 +76,8 @@ def blocks_freed(victims: Sequence[RunningView], ref_counts: dict[int, int]) -> 
 
 
 def _released(victims: Sequence[RunningView], ref_counts: dict[int, int]) -> set[int]:
-    held = Counter(block for victim in victims for block in set(victim.block_ids))
+    """Blocks back in the pool this step; a victim under a deferred free returns its blocks later."""
+    held = Counter(block for victim in victims if victim.freeable for block in set(victim.block_ids))
     return {block for block, n in held.items() if ref_counts.get(block, 0) <= n}
 
 
@@ -118,8 +119,7 @@ def choose_victims(
     never taken only to free a seat (the waiting request then waits for one, as in stock vLLM)."""
     if fits(admission, running, (), ref_counts):
         return VictimChoice((), admitted=True)
-    order = vllm_victim_order(running)
-    candidates = [r for r in order if r.priority > waiting_priority and r.freeable]
+    candidates = [r for r in vllm_victim_order(running) if r.priority > waiting_priority]
     seat_bound = admission.seats_free <= 0
     if seat_bound and not for_seats:
         return VictimChoice((), admitted=False)
