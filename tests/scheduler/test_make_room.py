@@ -281,7 +281,7 @@ def test_an_untested_vllm_version_is_refused_unless_allowed(monkeypatch: pytest.
 
     monkeypatch.delenv("FLATSHARE_ALLOW_UNTESTED_VLLM", raising=False)
     monkeypatch.setattr(module, "installed_vllm_version", lambda: "0.29.1")
-    with pytest.raises(MakeRoomConfigError, match=r"tested with vLLM 0\.32\.0.*not 0\.29\.1"):
+    with pytest.raises(MakeRoomConfigError, match=r"tested with vLLM 0\.31\.0, 0\.32\.0, not 0\.29\.1"):
         SimEngine(EngineConfig(**make_room()), load_profile())  # type: ignore[arg-type]
     SimEngine(EngineConfig(**make_room(allow_untested_vllm=True)), load_profile())  # type: ignore[arg-type]
     monkeypatch.setenv("FLATSHARE_ALLOW_UNTESTED_VLLM", "1")

@@ -13,7 +13,7 @@ import re
 
 from flatshare.scheduler.config import MakeRoomConfigError
 
-TESTED_VLLM_VERSIONS = ("0.32.0",)
+TESTED_VLLM_VERSIONS = ("0.31.0", "0.32.0")
 ALLOW_ENV = "FLATSHARE_ALLOW_UNTESTED_VLLM"
 
 log = logging.getLogger(__name__)
