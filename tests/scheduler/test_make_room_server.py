@@ -54,8 +54,8 @@ LOW_PROMPT, LOW_OUTPUT = 12000, 8400
 # and at most one victim's blocks (375 or more) more than that at any time, so one victim suffices.
 HIGH_PROMPT, HIGH_OUTPUT = 20000, 8
 # The seat case (vLLM issue #40004): `--max-num-seqs 2`, both seats taken by short-prompt low-priority
-# requests that decode for ~15 s (more on a loaded machine); the high-priority request fits on blocks but has no seat.
-SEAT_LOW_OUTPUT = 12000
+# requests that decode for ~20 s (more on a loaded machine); the high-priority request fits on blocks but has no seat.
+SEAT_LOW_OUTPUT = 18000
 LOW_PRIORITY, HIGH_PRIORITY = 10, 0
 VOCAB = 512
 LOW_STREAM_INTERVAL = 64  # fewer chunks for the long streams: less work for two busy cores
@@ -229,6 +229,19 @@ def _stream(url: str, stream: Stream, body: dict[str, Any], client: httpx.Client
     return stream
 
 
+class SpoiledAttempt(Exception):
+    """A stall of this shared machine (vLLM's API server silent for seconds) let a low-priority stream
+    end before the trigger: the attempt measures nothing and is run again."""
+
+
+@contextlib.contextmanager
+def _unless_spoiled() -> Iterator[None]:
+    try:
+        yield
+    except SpoiledAttempt as exc:
+        print(exc)
+
+
 @dataclass(frozen=True)
 class Case:
     """The requests of one scenario: two low-priority streams, then the high-priority request."""
@@ -272,8 +285,12 @@ def _run_scenario(
         # The trigger is the streams, not `/metrics` polls, which the API server may answer late.
         for low in lows:
             assert low.started.wait(FILL_DEADLINE_S), f"{name}: no first token\n{server.log_tail()}"
-        ended = [f.exception() or f.result() for f in futures if f.done()]
-        assert not ended, f"{name}: a low-priority request ended early: {ended}"
+        if any(f.done() for f in futures):
+            for future in futures:
+                future.result(timeout=STREAM_DEADLINE_S)  # a failed stream is a real failure
+            raise SpoiledAttempt(
+                f"{name} (attempt {attempt}): a low-priority request ended before the trigger"
+            )
         high_body = {
             "max_tokens": HIGH_OUTPUT,
             "priority": HIGH_PRIORITY,
@@ -325,10 +342,13 @@ def scenarios(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     for name, trace_path in (("stock", None), ("make-room", logs / "make-room-trace.jsonl")):
         with VllmServer(_config(tiny_model, trace_path), log_dir=logs) as server:
             for attempt in range(1, ATTEMPTS + 1):
-                results[name] = _run_scenario(server, name, attempt, trace_path)
-                print(results[name].summary())
-                if results[name].valid:
-                    break
+                with _unless_spoiled():
+                    results[name] = _run_scenario(server, name, attempt, trace_path)
+                    print(results[name].summary())
+                    if results[name].valid:
+                        break
+            if name not in results:
+                pytest.fail(f"{name}: the machine stalled in every attempt")
     yield results
 
 
@@ -395,11 +415,15 @@ def seat_scenario(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) ->
     logs = tmp_path_factory.mktemp("vllm-seat-logs")
     trace_path = logs / "make-room-trace.jsonl"
     with VllmServer(_config(tiny_model, trace_path, max_num_seqs=2), log_dir=logs) as server:
+        scenario = None
         for attempt in range(1, ATTEMPTS + 1):
-            scenario = _run_scenario(server, "make-room", attempt, trace_path, SEATS)
-            print(scenario.summary())
-            if scenario.valid:
-                break
+            with _unless_spoiled():
+                scenario = _run_scenario(server, "make-room", attempt, trace_path, SEATS)
+                print(scenario.summary())
+                if scenario.valid:
+                    break
+    if scenario is None:
+        pytest.fail("seat case: the machine stalled in every attempt")
     return scenario
 
 
