@@ -147,19 +147,7 @@ def _view(s: Any, r: Request, tokens: int) -> policy.RunningView:
 def _running_blocks(s: Any, r: Request, tokens: int) -> int:
     """New blocks `allocate_slots` takes for a running request's `tokens` (vLLM's count)."""
     computed = r.num_computed_tokens
-    main = computed + tokens
-    return int(
-        s.kv_cache_manager.coordinator.get_num_blocks_to_allocate(
-            request_id=r.request_id,
-            num_tokens=min(main + s.num_lookahead_tokens, s.max_model_len),
-            new_computed_blocks=_empty_groups(s),
-            num_encoder_tokens=0,
-            total_computed_tokens=computed,
-            num_local_computed_tokens=computed,
-            num_tokens_main_model=main,
-            prefill_end=max(r.num_prompt_tokens, r.num_tokens - 1),
-        )
-    )
+    return _blocks_for(s, r, _empty_groups(s), computed, computed + tokens, False)
 
 
 def _empty_groups(s: Any) -> tuple[list[Any], ...]:
@@ -171,7 +159,6 @@ def admission(s: Any, request: Request) -> policy.Admission:
     manager = s.kv_cache_manager
     hits, hit_tokens = _prefix_hit(s, request)
     local = request.num_computed_tokens + hit_tokens
-    budget = 0 if s._pause_state == PauseState.PAUSED_ALL else s.max_num_scheduled_tokens
     cap = long_prefill_cap(s)
     chunk = request.num_tokens - local
     chunk = min(chunk, cap) if cap > 0 else chunk
@@ -183,7 +170,7 @@ def admission(s: Any, request: Request) -> policy.Admission:
     watermark = manager.watermark_blocks if request.status in READY else 0
     seats = s.max_num_active_reqs - len(s.running) - s.num_waiting_for_streaming_input
     free = manager.block_pool.get_num_free_blocks()
-    return policy.Admission(needed, held_hits, watermark, free, seats, budget)
+    return policy.Admission(needed, held_hits, watermark, free, seats, s.max_num_scheduled_tokens)
 
 
 def _prefix_hit(s: Any, request: Request) -> tuple[tuple[list[Any], ...], int]:
@@ -200,6 +187,8 @@ def _prefix_hit(s: Any, request: Request) -> tuple[tuple[list[Any], ...], int]:
 
 
 def _blocks_for(s: Any, r: Request, hits: Any, local: int, tokens: int, admission_cap: bool) -> int:
+    """vLLM's count of new blocks to hold `tokens` for `r`, with `local` tokens computed or hit in
+    `hits`; `admission_cap` is the full-sequence admission check (no lookahead, the SWA cap)."""
     lookahead = 0 if admission_cap else s.num_lookahead_tokens
     return int(
         s.kv_cache_manager.coordinator.get_num_blocks_to_allocate(

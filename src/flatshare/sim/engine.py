@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm.v1.core.sched.output import SchedulerOutput
-from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
 from vllm.v1.request import Request
 
 from flatshare.sim.config import EngineConfig
@@ -152,9 +152,7 @@ class SimEngine:
         if output.total_num_scheduled_tokens == 0:
             if in_flight is None:
                 return self._empty_step(output)
-            self._apply(
-                output, ModelRunnerOutput(req_ids=[], req_id_to_index={}), StepReport(self.now, self.now)
-            )
+            self._apply(output, EMPTY_MODEL_RUNNER_OUTPUT, StepReport(self.now, self.now))
             return in_flight[2]
         report, model_output = self._launch(output)
         self._in_flight = (output, model_output, report)
@@ -197,7 +195,7 @@ class SimEngine:
         """A step that scheduled nothing: vLLM runs no model. It may still have preempted (a running
         request that could not grow preempts itself); then the next step makes progress."""
         report = StepReport(self.now, self.now, preempted=sorted(output.preempted_req_ids))
-        self._apply(output, ModelRunnerOutput(req_ids=[], req_id_to_index={}), report)
+        self._apply(output, EMPTY_MODEL_RUNNER_OUTPUT, report)
         if output.preempted_req_ids:
             self._empty_steps = 0
             return report
