@@ -309,3 +309,51 @@ def test_async_make_room_makes_room_for_the_voice_turn() -> None:
     assert result.scheduler_counters["preemptions_for_waiting"] >= 1
     assert result.scheduler_counters["mispredicted_admissions"] == 0
     assert voice.ttft_s < stock.ttft_s / 5  # type: ignore[attr-defined]
+
+
+def test_a_set_aside_waiting_queue_is_still_counted_inside_the_step() -> None:
+    # While a window holds lower-priority waiting requests, make-room sets the waiting queue aside for
+    # the step; vLLM reads get_request_counts() inside schedule() (long-prefill cap, capacity bound), and
+    # must see the same counts it would have seen without the set-aside.
+    engine = SimEngine(EngineConfig(**make_room(window_tokens=48)), load_profile())  # type: ignore[arg-type]
+    scheduler = engine.scheduler
+    seen: list[tuple[tuple[int, int], tuple[int, int]]] = []
+    schedule, new_step_starts = scheduler.schedule, scheduler.kv_cache_manager.new_step_starts
+
+    def recording_schedule() -> object:
+        before = scheduler.get_request_counts()
+        seen.append((before, before))
+        return schedule()
+
+    def recording_new_step_starts() -> None:
+        seen[-1] = (seen[-1][0], scheduler.get_request_counts())
+        new_step_starts()
+
+    scheduler.schedule = recording_schedule  # type: ignore[method-assign]
+    scheduler.kv_cache_manager.new_step_starts = recording_new_step_starts
+    requests = [req("voice", 0.0, 400, 60, priority=0)]
+    requests += [req(f"agent{i}", 0.01, 2000, 5, priority=10) for i in range(4)]
+    result = engine.run(requests)
+    assert result.scheduler_counters["held_waiting_admissions"] > 0
+    assert all(before == inside for before, inside in seen)
+
+
+def test_prefill_deferral_is_read_as_vllm_decides_it() -> None:
+    from types import SimpleNamespace
+
+    from flatshare.scheduler.state import prefills_deferred
+
+    decoding, prefilling = SimpleNamespace(is_prefill_chunk=False), SimpleNamespace(is_prefill_chunk=True)
+
+    def sched(**fields: object) -> SimpleNamespace:
+        base = {"prefill_capacity_bound": False, "running": [decoding], "local_prefill_interval": 1}
+        return SimpleNamespace(**{**base, **fields})
+
+    assert prefills_deferred(sched(), throttle_prefills=True)  # the data-parallel throttle
+    assert not prefills_deferred(sched(), throttle_prefills=False)
+    assert not prefills_deferred(sched(prefill_capacity_bound=True), throttle_prefills=True)
+    assert not prefills_deferred(sched(running=[prefilling]), throttle_prefills=True)
+    # vLLM 0.33's local cadence: prefill waits until `interval` executed steps since the last one.
+    cadence = {"local_prefill_interval": 4, "last_prefill_step": 10}
+    assert prefills_deferred(sched(num_executed_steps=11, **cadence), throttle_prefills=False)
+    assert not prefills_deferred(sched(num_executed_steps=13, **cadence), throttle_prefills=False)
