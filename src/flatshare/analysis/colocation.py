@@ -4,7 +4,8 @@
 caller count, and `by_callers.<n>` with `target_s` and `conditions` for each caller count. Under
 `conditions.<key>`: `n_runs`, `n_voice_turns`, `voice_failed_turns`, `voice_turn_p50_s`,
 `voice_turn_p95_s`, `voice_turn_p95_ci` ([low, high], 95% bootstrap over turns), `voice_turn_p99_s`,
-`voice_over_target_frac`, `voice_ttft_mean_s`, `voice_first_sentence_mean_s` (send to end of first
+`voice_over_target_frac`, `voice_over_target_turns`, `voice_over_10s_frac` (turns over 10 s of silence),
+`voice_ttft_mean_s`, `voice_first_sentence_mean_s` (send to end of first
 sentence), `stage_waiting_mean_s`, `stage_prefill_mean_s`, `stage_first_sentence_mean_s`,
 `first_sentence_gap_p50_s`, `first_sentence_gap_p95_s`, `agent_tokens_per_s` (agent output tokens
 inside the run's duration per second, mean over seeds), `agent_throughput_ratio` (to `vllm-priority`),
@@ -12,7 +13,11 @@ inside the run's duration per second, mean over seeds), `agent_throughput_ratio`
 `preemptions` (mean per run), `make_room` (counters, mean per run), `per_seed_voice_p95_s`,
 `paired_vs_vllm_priority` (`mean_difference_s`, `t`, `p_value`, `n`), `nth_token_median_s` and
 `nth_token_p95_s` (median and p95 time from send to the n-th output token, n = 1..40, over replies at
-least n long). Voice turns count a failed or refused turn as 30 s (see `flatshare.analysis.voice`).
+least n long), `seed_comparison` (the first seed's table beside these figures: `flatshare.analysis.seed_table`),
+`voice_wait_parts_mean_s` (mean seconds of each turn's time before its first token by part,
+`flatshare.sim.waits.WAIT_PARTS`, over turns with a first token and a ledger; the parts add up to
+`voice_wait_total_mean_s`, the mean time to first token of the same turns) and `voice_wait_kv_share`
+(kv_memory's share of that total). Voice turns count a failed or refused turn as 30 s (see `flatshare.analysis.voice`).
 """
 
 from __future__ import annotations
@@ -23,14 +28,17 @@ from typing import Any
 
 import numpy as np
 
+from flatshare.analysis.seed_table import seed_comparison
 from flatshare.analysis.stats import bootstrap_ci, paired_ttest, percentile
 from flatshare.analysis.voice import VoicePipeline, turn_stages
 from flatshare.experiments.runs import SavedRun
+from flatshare.sim.waits import WAIT_PARTS
 
 SUMMARY_VERSION = 1
 TARGET_MARGIN_S = 0.25
 BASELINE = "vllm-priority"
 NTH_TOKENS = 40
+LONG_SILENCE_S = 10.0
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:
@@ -58,6 +66,20 @@ def _nth_token(voice: list[Any], q: float) -> list[float | None]:
     return out
 
 
+def wait_parts(voice: list[Any]) -> dict[str, Any]:
+    """Mean time before the first token by part, its total, and the KV-memory share of it."""
+    ledgers = [r.wait_s for r in voice if r.status == "ok" and r.wait_s]
+    if not ledgers:
+        return {"voice_wait_parts_mean_s": None, "voice_wait_total_mean_s": None, "voice_wait_kv_share": None}
+    parts = {p: statistics.fmean(w.get(p, 0.0) for w in ledgers) for p in WAIT_PARTS}
+    total = sum(parts.values())
+    return {
+        "voice_wait_parts_mean_s": {p: _round(v) for p, v in parts.items()},
+        "voice_wait_total_mean_s": _round(total),
+        "voice_wait_kv_share": _round(parts["kv_memory"] / total) if total > 0 else None,
+    }
+
+
 def condition_metrics(runs: list[SavedRun], target_s: float, pipeline: VoicePipeline) -> dict[str, Any]:
     """Metrics of one condition at one caller count, pooled over its seeds."""
     voice = [r for run in runs for r in run.records if r.cls == "voice"]
@@ -80,6 +102,8 @@ def condition_metrics(runs: list[SavedRun], target_s: float, pipeline: VoicePipe
         "voice_turn_p95_ci": [_round(ci.low), _round(ci.high)] if ci else None,
         "voice_turn_p99_s": _round(percentile(turns, 99)),
         "voice_over_target_frac": _round(sum(t > target_s for t in turns) / len(turns)) if turns else None,
+        "voice_over_10s_frac": _round(sum(t > LONG_SILENCE_S for t in turns) / len(turns)) if turns else None,
+        "voice_over_target_turns": sum(t > target_s for t in turns),
         "voice_ttft_mean_s": _round(_mean([r.ttft_s for r in voice if r.ttft_s is not None])),
         "voice_first_sentence_mean_s": _round(
             _mean([r.first_sentence_s - r.send_s for r in voice if r.first_sentence_s is not None])
@@ -100,6 +124,7 @@ def condition_metrics(runs: list[SavedRun], target_s: float, pipeline: VoicePipe
         ],
         "nth_token_median_s": _nth_token(voice, 50),
         "nth_token_p95_s": _nth_token(voice, 95),
+        **wait_parts(voice),
     }
 
 
@@ -147,7 +172,7 @@ def summarize(runs: list[SavedRun], pipeline: VoicePipeline | None = None) -> di
         _add_comparisons(metrics)
         by_callers[str(callers)] = {"target_s": _round(target), "conditions": metrics}
     first = by_callers[str(first_callers)]
-    return {
+    summary = {
         "version": SUMMARY_VERSION,
         "voice_pipeline_fixed_s": pipeline.fixed_s,
         "target_s": first["target_s"],
@@ -155,3 +180,5 @@ def summarize(runs: list[SavedRun], pipeline: VoicePipeline | None = None) -> di
         "callers": sorted(grouped),
         "by_callers": by_callers,
     }
+    summary["seed_comparison"] = seed_comparison(summary)
+    return summary

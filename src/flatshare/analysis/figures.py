@@ -13,6 +13,7 @@ import numpy as np
 
 from flatshare.analysis.voice import VoicePipeline
 from flatshare.experiments.runs import SavedRun
+from flatshare.sim.waits import WAIT_PARTS
 
 MAIN_ORDER = (
     "alone",
@@ -24,6 +25,7 @@ MAIN_ORDER = (
     "make-room-t48-decode",
     "vllm-priority-256",
     "make-room-t48-256",
+    "make-room-t48-256-decode",
 )
 SWEEP: tuple[tuple[int, str], ...] = (
     (0, "make-room-preempt"),
@@ -85,22 +87,28 @@ def sweep_figure(summary: dict[str, Any], path: Path) -> None:
 
 
 def stages_figure(summary: dict[str, Any], path: Path) -> None:
-    """Mean engine stages of a voice turn per condition."""
+    """Mean engine stages of a voice turn per condition: the wait for the first token split by part
+    (`flatshare.sim.waits`), then decoding the first sentence (the first seed's Figure 02, extended)."""
     conditions = summary["conditions"]
     keys = _present(conditions)
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     bottom = np.zeros(len(keys))
-    for field, label in (
-        ("stage_waiting_mean_s", "waiting for memory/budget"),
-        ("stage_prefill_mean_s", "prefill"),
-        ("stage_first_sentence_mean_s", "decoding the first sentence"),
-    ):
-        values = np.array([conditions[k][field] or 0.0 for k in keys])
-        ax.bar(range(len(keys)), values, bottom=bottom, label=label)
+    colors = plt.get_cmap("tab10")
+    for i, part in enumerate((*WAIT_PARTS, "first_sentence")):
+        if part == "first_sentence":
+            values = np.array([conditions[k]["stage_first_sentence_mean_s"] or 0.0 for k in keys])
+        else:
+            values = np.array(
+                [(conditions[k].get("voice_wait_parts_mean_s") or {}).get(part, 0.0) for k in keys]
+            )
+        if not values.any():
+            continue
+        label = "decoding the first sentence" if part == "first_sentence" else f"first token: {part}"
+        ax.bar(range(len(keys)), values, bottom=bottom, label=label, color=colors(i % 10))
         bottom += values
     ax.set_xticks(range(len(keys)), keys, rotation=60, ha="right", fontsize=8)
-    ax.set_ylabel("seconds (mean)")
-    ax.legend(fontsize=8)
+    ax.set_ylabel("seconds (mean over voice turns)")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

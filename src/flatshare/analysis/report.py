@@ -9,8 +9,10 @@ from typing import Any
 
 from flatshare.analysis import figures
 from flatshare.analysis.colocation import BASELINE, summarize
+from flatshare.analysis.seed_table import seed_table_lines
 from flatshare.analysis.voice import VoicePipeline
 from flatshare.experiments.runs import load_runs
+from flatshare.sim.waits import WAIT_PARTS
 
 GOAL_OVER_TARGET = 0.02
 GOAL_THROUGHPUT = 0.97
@@ -38,12 +40,15 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _ordered(conditions: dict[str, Any]) -> list[str]:
+    order = [*figures.MAIN_ORDER, "agents-alone", *(key for _, key in figures.SWEEP)]
+    return sorted(conditions, key=lambda k: (order.index(k) if k in order else len(order), k))
+
+
 def _table(conditions: dict[str, Any]) -> list[str]:
     lines = ["| condition | " + " | ".join(label for _, label in COLUMNS) + " | p95 95% CI | p vs priority |"]
     lines.append("|---" * (len(COLUMNS) + 3) + "|")
-    order = [*figures.MAIN_ORDER, "agents-alone", *(key for _, key in figures.SWEEP)]
-    keys = sorted(conditions, key=lambda k: (order.index(k) if k in order else len(order), k))
-    for key in keys:
+    for key in _ordered(conditions):
         m = conditions[key]
         ci = m["voice_turn_p95_ci"]
         paired = m.get("paired_vs_vllm_priority") or {}
@@ -113,6 +118,49 @@ def _ordering(summary: dict[str, Any]) -> list[str]:
     return [line + note]
 
 
+def _waits(conditions: dict[str, Any]) -> list[str]:
+    """Where each condition's voice turns spent the time before their first token (mean seconds)."""
+    keys = [k for k in _ordered(conditions) if conditions[k].get("voice_wait_parts_mean_s")]
+    if not keys:
+        return []
+    lines = [
+        "Where a voice turn's time before its first token goes (mean seconds a turn; `flatshare.sim.waits`). "
+        "The parts add up to the measured mean time to the first token (`total`).",
+        "",
+        "| condition | " + " | ".join(WAIT_PARTS) + " | total | measured TTFT | KV share |",
+        "|---" * (len(WAIT_PARTS) + 4) + "|",
+    ]
+    for key in keys:
+        m = conditions[key]
+        parts = m["voice_wait_parts_mean_s"]
+        cells = " | ".join(_cell(parts[p]) for p in WAIT_PARTS)
+        share = m["voice_wait_kv_share"]
+        lines.append(
+            f"| {key} | {cells} | {_cell(m['voice_wait_total_mean_s'])} | {_cell(m['voice_ttft_mean_s'])} | "
+            + ("-" if share is None else f"{share:.0%}")
+            + " |"
+        )
+    return lines
+
+
+def _seed(summary: dict[str, Any]) -> list[str]:
+    rows = summary.get("seed_comparison") or []
+    if not rows:
+        return []
+    fitted = [r for r in rows if r["fitted"] and r["hit"] is not None]
+    predicted = [r for r in rows if not r["fitted"] and r["hit"] is not None]
+    return [
+        "## The first seed's table",
+        "",
+        f"Fitted rows (the preset's unstated parameters were chosen on these only): "
+        f"{sum(r['hit'] for r in fitted)} of {len(fitted)} within tolerance. Predictions, not refitted: "
+        f"{sum(r['hit'] for r in predicted)} of {len(predicted)} within tolerance.",
+        "",
+        *seed_table_lines(rows),
+        "",
+    ]
+
+
 def write_report(out: Path, summary: dict[str, Any], plan_line: str) -> None:
     lines = ["# Co-location: a voice agent beside coding agents (simulated engine)", "", plan_line, ""]
     lines += [
@@ -121,6 +169,8 @@ def write_report(out: Path, summary: dict[str, Any], plan_line: str) -> None:
         "",
     ]
     lines += [*_goal(summary), "", *_ordering(summary), ""]
+    lines += _seed(summary)
+    lines += [*_waits(summary["conditions"]), ""]
     for callers, block in summary["by_callers"].items():
         lines += [
             f"## {callers} callers (target {block['target_s']:.2f} s)",

@@ -21,23 +21,50 @@ def experiment_colocation(
     seeds: Annotated[int, typer.Option(help="Seeds per condition (at least 5 for the full run).")] = 5,
     duration: Annotated[float, typer.Option(help="Virtual seconds per run.")] = 600.0,
     max_model_len: Annotated[
-        int, typer.Option(help="Engine max model length; agent contexts end there.")
-    ] = 16384,
+        int | None, typer.Option(help="Engine max model length; agent contexts compact there [seed: 16384].")
+    ] = None,
+    cpu_tier_tokens: Annotated[
+        int | None, typer.Option(help="vLLM's CPU KV tier in tokens, 0 for off [seed preset's].")
+    ] = None,
+    admission: Annotated[
+        str | None,
+        typer.Option(
+            help="vLLM's admission rule: full-prompt (0.32's default) or first-chunk [full-prompt]."
+        ),
+    ] = None,
+    api_latency: Annotated[
+        float | None, typer.Option(help="API server pass, seconds [seed preset's].")
+    ] = None,
+    agent_source: Annotated[
+        str | None, typer.Option(help="Agents: synthetic (from the WEKA sample) or weka (its sessions).")
+    ] = None,
     workers: Annotated[int, typer.Option(help="Processes running in parallel (0: one per core, max 2).")] = 0,
 ) -> None:
-    """A voice agent beside coding agents under vLLM's stock scheduler and make-room variants."""
+    """A voice agent beside coding agents under vLLM's stock scheduler and make-room variants, on the
+    first seed's setup (`flatshare.experiments.setup.SEED`) unless an option changes it."""
     from rich.progress import Progress
 
     from flatshare.analysis.report import build_report
     from flatshare.experiments.colocation import QUICK, ColocationPlan, run_plan
+    from flatshare.experiments.setup import SEED
 
+    rules = {"full-prompt": True, "first-chunk": False, None: SEED.reserve_full_isl}
     try:
+        if admission not in rules:
+            raise ValueError(f"--admission must be full-prompt or first-chunk, got {admission!r}")
+        setup = SEED.with_changes(
+            max_model_len=SEED.max_model_len if max_model_len is None else max_model_len,
+            cpu_tier_tokens=SEED.cpu_tier_tokens if cpu_tier_tokens is None else cpu_tier_tokens,
+            reserve_full_isl=rules[admission],
+            api_latency_s=SEED.api_latency_s if api_latency is None else api_latency,
+            agent_source=agent_source or SEED.agent_source,
+        )
         if quick:
-            plan = QUICK
+            plan = dataclasses.replace(QUICK, setup=setup)
         else:
             counts = tuple(int(c) for c in callers.split(","))
             plan = ColocationPlan(
-                callers=counts, agents=agents, seeds=seeds, duration_s=duration, max_model_len=max_model_len
+                callers=counts, agents=agents, seeds=seeds, duration_s=duration, setup=setup
             )
         if workers:
             plan = dataclasses.replace(plan, workers=workers)

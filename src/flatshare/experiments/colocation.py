@@ -8,6 +8,7 @@ virtual seconds (no request issued later; in-flight ones get `drain` more second
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from flatshare.experiments.runs import run_dir, save_run
+from flatshare.experiments.setup import SEED, Setup
 
 WINDOW_SWEEP = (0, 8, 16, 24, 32, 48, 64)
 
@@ -47,6 +49,12 @@ MAIN_CONDITIONS = (
     Condition("make-room-t48-decode", "make-room", make_room=_mr(48, hold_decode=True)),
     Condition("vllm-priority-256", max_num_batched_tokens=256),
     Condition("make-room-t48-256", "make-room", make_room=_mr(48), max_num_batched_tokens=256),
+    Condition(
+        "make-room-t48-256-decode",
+        "make-room",
+        make_room=_mr(48, hold_decode=True),
+        max_num_batched_tokens=256,
+    ),
 )
 SWEEP_CONDITIONS = tuple(
     Condition(f"make-room-t{t}", "make-room", make_room=_mr(t), window_tokens=t) for t in (8, 24, 32, 64)
@@ -60,9 +68,7 @@ class ColocationPlan:
     seeds: int = 5
     duration_s: float = 600.0
     drain_s: float = 120.0
-    # The seed's agents resend ~16k-token contexts, two or three of which fill the 24 GB card's KV. With
-    # 32k contexts one agent holds 80% of the cache and a voice turn almost never waits for memory.
-    max_model_len: int = 16384
+    setup: Setup = SEED
     conditions: tuple[Condition, ...] = MAIN_CONDITIONS + SWEEP_CONDITIONS
     workers: int = field(default_factory=lambda: max(1, min(2, os.cpu_count() or 1)))
 
@@ -83,30 +89,58 @@ class ColocationPlan:
 QUICK = ColocationPlan(callers=(2,), seeds=2, duration_s=300.0, drain_s=60.0)
 
 
+def engine_config(condition: Condition, setup: Setup) -> Any:
+    """The simulated engine's settings for one condition under `setup`."""
+    from flatshare.sim.config import EngineConfig
+    from flatshare.sim.profile import load_profile
+
+    kv_tokens = setup.kv_tokens or load_profile(setup.profile).default_kv_tokens
+    return EngineConfig(
+        scheduler=condition.scheduler,
+        policy=condition.policy,
+        max_num_batched_tokens=condition.max_num_batched_tokens,
+        additional_config={"make_room": condition.make_room} if condition.make_room else {},
+        max_model_len=setup.max_model_len,
+        kv_tokens=kv_tokens,
+        cpu_tier_tokens=setup.cpu_tier_tokens,
+        scheduler_reserve_full_isl=setup.reserve_full_isl,
+    )
+
+
+def workload_spec(callers: int, plan: ColocationPlan) -> str:
+    spec = f"voice-agents:callers={callers},agents={plan.agents},duration={plan.duration_s}"
+    if plan.setup.agent_source != "synthetic":
+        spec += f",agent_source={plan.setup.agent_source}"
+    return spec
+
+
 def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: ColocationPlan) -> str:
     """Run one (condition, callers, seed) and save it; returns its folder. Imports vLLM."""
     from flatshare.replay.virtual import run_virtual
-    from flatshare.sim.config import EngineConfig
     from flatshare.sim.engine import SimEngine
     from flatshare.sim.profile import load_profile
     from flatshare.workloads.model import Workload
     from flatshare.workloads.spec import parse_spec
 
-    config = EngineConfig(
-        scheduler=condition.scheduler,
-        policy=condition.policy,
-        max_num_batched_tokens=condition.max_num_batched_tokens,
-        additional_config={"make_room": condition.make_room} if condition.make_room else {},
-        max_model_len=plan.max_model_len,
-    )
-    spec = f"voice-agents:callers={callers},agents={plan.agents},duration={plan.duration_s}"
+    config = engine_config(condition, plan.setup)
+    profile = load_profile(plan.setup.profile)
+    if plan.setup.api_latency_s is not None:
+        profile = dataclasses.replace(profile, api_latency_s=plan.setup.api_latency_s)
+    spec = workload_spec(callers, plan)
     full = parse_spec(spec, seed=seed, max_model_len=config.max_model_len)
     keep = {"voice"} if not condition.agents else {"agent"} if not condition.voice else {"voice", "agent"}
     workload = Workload(full.name, tuple(s for s in full.sessions if s.cls in keep), full.seed)
-    engine = SimEngine(config, load_profile())
+    engine = SimEngine(config, profile)
     run = run_virtual(workload, [engine], until_s=plan.duration_s, stop_s=plan.duration_s + plan.drain_s)
     folder = run_dir(out, condition.key, callers, seed)
-    facts = {"engine_config": config.to_json(), "spec": spec, "duration_s": plan.duration_s, "seed": seed}
+    facts = {
+        "engine_config": config.to_json(),
+        "setup": plan.setup.to_json(),
+        "api_latency_s": profile.api_latency_s,
+        "spec": spec,
+        "duration_s": plan.duration_s,
+        "seed": seed,
+    }
     save_run(folder, run, facts)
     return str(folder)
 

@@ -21,6 +21,7 @@ seconds for a real endpoint):
 | `status` | str | `ok`, `failed` (error, timeout, cut short) or `refused` (4xx/5xx before any token) |
 | `error` | str or null | what went wrong |
 | `first_scheduled_s` | float or null, optional | simulator only: start of the first step that gave it tokens |
+| `wait_s` | object or null, optional | simulator only: the time before the first token by part (`flatshare.sim.waits`) |
 
 Analysis counts a `failed` or `refused` voice turn as a 30 s turn; it never drops it.
 """
@@ -57,6 +58,7 @@ class ReplayRecord:
     status: str = "ok"
     error: str | None = None
     first_scheduled_s: float | None = None
+    wait_s: dict[str, float] | None = None
 
     @property
     def first_token_s(self) -> float | None:

@@ -138,6 +138,7 @@ def _records(
                 status="ok" if record.status == "finished" else "failed",
                 error=None if record.status == "finished" else "run ended before the reply",
                 first_scheduled_s=record.first_scheduled_s,
+                wait_s={k: round(v, 6) for k, v in record.wait_s.items()} if record.token_times_s else None,
             )
         )
     return sorted(out, key=lambda r: (r.send_s, r.id))

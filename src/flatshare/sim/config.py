@@ -35,6 +35,9 @@ class EngineConfig:
     `cpu_tier_tokens` > 0 turns on the simulated CPU KV tier with that capacity.
     `long_prefill_token_threshold` (--long-prefill-token-threshold): a request's chunk cap per step
     while others run (0: none).
+    `scheduler_reserve_full_isl` (--[no-]scheduler-reserve-full-isl, vLLM >= 0.32, PR #37307): a waiting
+    request is admitted only when its whole prompt fits in the KV cache (True, vLLM's default) or when
+    its first chunk does (False, vLLM's rule before the PR).
     `async_scheduling` (--async-scheduling): the engine schedules each step while the previous one
     runs, and the scheduler is vLLM's `AsyncScheduler` (make-room picks its async variant itself).
     """
@@ -53,6 +56,7 @@ class EngineConfig:
     sample_interval_s: float = 0.5
     async_scheduling: bool = False
     long_prefill_token_threshold: int = 0
+    scheduler_reserve_full_isl: bool = True
 
     def __post_init__(self) -> None:
         positive = ("block_size", "kv_tokens", "max_num_batched_tokens", "max_num_seqs", "max_model_len")

@@ -24,6 +24,7 @@ from flatshare.sim.profile import ScheduledWork, StepTimeProfile
 from flatshare.sim.records import EngineSample, RequestRecord
 from flatshare.sim.requests import SimRequest
 from flatshare.sim.vllm_host import RequestFactory, build_scheduler
+from flatshare.sim.waits import WaitLedger
 
 
 class SimInvariantError(AssertionError):
@@ -79,14 +80,17 @@ class SimEngine:
         self._empty_steps = 0
         self._in_flight: tuple[SchedulerOutput, ModelRunnerOutput, StepReport] | None = None
         self.on_step: Callable[[StepReport], None] | None = None
+        self.waits = WaitLedger(config.max_num_batched_tokens, config.max_num_seqs)
 
     # -- input -----------------------------------------------------------------------------------
     def submit(self, request: SimRequest) -> None:
-        """Queue a request sent at `request.arrival_s` (not before the clock); the scheduler sees it the
-        profile's `api_latency_s` later (its record keeps the time it was sent)."""
+        """Queue a request sent at `request.arrival_s`; the engine gets it the profile's `api_latency_s`
+        later (its record keeps the time it was sent), and the scheduler at the first step boundary after
+        that. A request sent while a step runs (a driver submits it once the step is done) still reaches
+        the engine at send + api pass: the front end works while the step runs."""
         if request.id in self.records or any(p[2].id == request.id for p in self._pending):
             raise ValueError(f"duplicate request id {request.id!r}")
-        arrival = max(request.arrival_s, self.now) + self.profile.api_latency_s
+        arrival = request.arrival_s + self.profile.api_latency_s
         heapq.heappush(self._pending, (arrival, self._seq, request))
         self._seq += 1
 
@@ -138,7 +142,11 @@ class SimEngine:
         """The step has executed: move the clock to its end and feed its outputs back."""
         self._sample_until(report.end_s)
         self.now = report.end_s
+        scheduled = output.num_scheduled_tokens
+        reason = self.waits.not_scheduled_reason(scheduled, len(self.scheduler.running))
         self._apply(output, model_output, report)
+        got_tokens = {request_id for request_id, _ in report.tokens}
+        self.waits.step(report.start_s, report.end_s, scheduled, reason, self.scheduler, got_tokens)
         self._empty_steps = 0
         self.steps += 1
         if self.on_step is not None:
@@ -183,10 +191,13 @@ class SimEngine:
     # -- internals ---------------------------------------------------------------------------------
     def _admit_arrivals(self) -> None:
         while self._pending and self._pending[0][0] <= self.now:
-            _, _, spec = heapq.heappop(self._pending)
-            self.records[spec.id] = RequestRecord(
+            engine_arrival, _, spec = heapq.heappop(self._pending)
+            record = RequestRecord(
                 spec.id, spec.cls, spec.priority, spec.arrival_s, spec.prompt_tokens, spec.max_tokens
             )
+            self.records[spec.id] = record
+            self.waits.admit(spec.id, spec.arrival_s, engine_arrival, self.now)
+            record.wait_s = self.waits.waits[spec.id]
             request = self._factory.make(spec)
             request.arrival_time = max(spec.arrival_s, self.now)
             self.scheduler.add_request(request)
@@ -210,6 +221,7 @@ class SimEngine:
         start = self.now
         self._sample_until(t)
         self.now = max(self.now, t)
+        self.waits.gap(self.now, "idle", self.scheduler)
         return StepReport(start, self.now)
 
     def _sample_until(self, t: float) -> None:

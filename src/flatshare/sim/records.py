@@ -4,7 +4,8 @@ Record format (`requests.jsonl`, one JSON object a line, times in virtual second
 `id`, `cls`, `priority`, `arrival_s`, `prompt_tokens`, `max_tokens`, `output_tokens`,
 `first_scheduled_s` (first step that gave it tokens), `ttft_s` (first token minus arrival),
 `finish_s` (absolute), `token_times_s` (absolute time of every output token), `preemptions`,
-`status` (`finished`). Samples (`samples.jsonl`): `t`, `kv_usage` (0-1, blocks held by requests,
+`status` (`finished`), `wait_s` (where the time before the first token went, by part: see
+`flatshare.sim.waits`). Samples (`samples.jsonl`): `t`, `kv_usage` (0-1, blocks held by requests,
 as `vllm:kv_cache_usage_perc`), `running`, `waiting`, `preemptions_total`, `cpu_tier_blocks`.
 """
 
@@ -33,6 +34,7 @@ class RequestRecord:
     preemptions: int = 0
     status: str = "running"
     finish_reason: str | None = None
+    wait_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def ttft_s(self) -> float | None:

@@ -78,6 +78,7 @@ def _vllm_config(config: EngineConfig, model_dir: Path) -> VllmConfig:
         disable_hybrid_kv_cache_manager=config.cpu_tier_tokens > 0,
         async_scheduling=config.async_scheduling,
         long_prefill_token_threshold=config.long_prefill_token_threshold,
+        scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
     )
     cache = CacheConfig(block_size=config.block_size, enable_prefix_caching=config.enable_prefix_caching)
     cache.num_gpu_blocks = config.num_gpu_blocks

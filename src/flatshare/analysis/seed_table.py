@@ -1,0 +1,166 @@
+"""The first seed's table beside flatshare's: each figure the seed reports, what this experiment measured,
+and whether the row was used to fit the preset's unstated parameters or is a prediction.
+
+Seed figures are from `shared/seeds/000` (2 callers, 24 agents, voice at top priority, 512-token steps unless
+a row says otherwise). Fitted rows are the stock-vLLM rows (`vllm-priority` and `alone`); the preset's
+unstated parameters were chosen on them only (`flatshare.experiments.setup`). A row is a hit when flatshare is
+within 25% of the seed, or within 10 points for a share of turns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+RELATIVE_TOLERANCE = 0.25
+SHARE_TOLERANCE = 0.10
+
+Getter = Callable[[dict[str, Any]], float | None]
+
+
+@dataclass(frozen=True)
+class SeedRow:
+    row: str
+    seed: float
+    get: Getter
+    fitted: bool = False
+    share: bool = False  # a fraction of turns: compared in points, not as a ratio
+
+
+def _m(condition: str, field: str) -> Getter:
+    return lambda s: (s["conditions"].get(condition) or {}).get(field)
+
+
+def _ratio(a: Getter, b: Getter) -> Getter:
+    def get(s: dict[str, Any]) -> float | None:
+        x, y = a(s), b(s)
+        return None if x is None or not y else x / y
+
+    return get
+
+
+def _nth(condition: str, n: int) -> Getter:
+    def get(s: dict[str, Any]) -> float | None:
+        values = (s["conditions"].get(condition) or {}).get("nth_token_median_s") or []
+        return values[n - 1] if len(values) >= n else None
+
+    return get
+
+
+def _pooled_over_target(condition: str) -> Getter:
+    """Share of turns over target pooled over every caller count above 2 (the seed's later rounds)."""
+
+    def get(s: dict[str, Any]) -> float | None:
+        blocks = [b["conditions"].get(condition) for n, b in s["by_callers"].items() if int(n) > 2]
+        blocks = [b for b in blocks if b and b["n_voice_turns"]]
+        if not blocks:
+            return None
+        return sum(b["voice_over_target_turns"] for b in blocks) / sum(b["n_voice_turns"] for b in blocks)
+
+    return get
+
+
+SEED_ROWS = (
+    SeedRow("stock vLLM (priority): voice turn p95 s", 10.48, _m("vllm-priority", "voice_turn_p95_s"), True),
+    SeedRow("stock vLLM: voice turn median s", 4.61, _m("vllm-priority", "voice_turn_p50_s"), True),
+    SeedRow("stock vLLM: turns over target", 0.90, _m("vllm-priority", "voice_over_target_frac"), True, True),
+    SeedRow("stock vLLM: turns over 10 s", 1 / 14, _m("vllm-priority", "voice_over_10s_frac"), True, True),
+    SeedRow(
+        "stock vLLM: mean wait for the first token s", 2.81, _m("vllm-priority", "voice_ttft_mean_s"), True
+    ),
+    SeedRow(
+        "stock vLLM: mean time to decode the first sentence s",
+        1.07,
+        _m("vllm-priority", "stage_first_sentence_mean_s"),
+        True,
+    ),
+    SeedRow("voice alone: turn p95 s", 1.8, _m("alone", "voice_turn_p95_s"), True),
+    SeedRow("voice alone: mean wait for the first token s", 0.09, _m("alone", "voice_ttft_mean_s")),
+    SeedRow(
+        "voice alone: mean time to decode the first sentence s",
+        0.22,
+        _m("alone", "stage_first_sentence_mean_s"),
+    ),
+    SeedRow(
+        "preemption only: mean wait for the first token s", 0.78, _m("make-room-preempt", "voice_ttft_mean_s")
+    ),
+    SeedRow("preemption only: voice turn p95 s", 5.1, _m("make-room-preempt", "voice_turn_p95_s")),
+    SeedRow("make-room T=16: voice turn p95 s", 3.1, _m("make-room-t16", "voice_turn_p95_s")),
+    SeedRow("make-room T=48: voice turn p95 s", 2.24, _m("make-room-t48", "voice_turn_p95_s")),
+    SeedRow("make-room T=48: voice turn median s", 1.96, _m("make-room-t48", "voice_turn_p50_s")),
+    SeedRow(
+        "make-room T=48: turns over target", 0.32, _m("make-room-t48", "voice_over_target_frac"), share=True
+    ),
+    SeedRow("make-room T=48: agent throughput vs stock", 0.97, _m("make-room-t48", "agent_throughput_ratio")),
+    SeedRow(
+        "make-room T=48: agents' slowest first token vs stock",
+        1.0,
+        _ratio(_m("make-room-t48", "agent_ttft_max_s"), _m("vllm-priority", "agent_ttft_max_s")),
+    ),
+    SeedRow("40th token of a 40-token reply, T=16 (median) s", 3.76, _nth("make-room-t16", 40)),
+    SeedRow("40th token of a 40-token reply, T=48 (median) s", 1.04, _nth("make-room-t48", 40)),
+    SeedRow(
+        "256-token steps: turns over target vs 512 (T=48)",
+        0.5,
+        _ratio(
+            _m("make-room-t48-256", "voice_over_target_frac"), _m("make-room-t48", "voice_over_target_frac")
+        ),
+    ),
+    SeedRow(
+        "256-token steps: agent throughput vs 512 (T=48)",
+        0.93,
+        _ratio(_m("make-room-t48-256", "agent_tokens_per_s"), _m("make-room-t48", "agent_tokens_per_s")),
+    ),
+    SeedRow(
+        "decode hold: agent throughput vs T=48 without it",
+        1 - 0.038,
+        _ratio(_m("make-room-t48-decode", "agent_tokens_per_s"), _m("make-room-t48", "agent_tokens_per_s")),
+    ),
+    SeedRow(
+        "every fix (T=48, decode hold, 256-token steps), 4 and 6 callers: turns over target",
+        16 / 720,
+        _pooled_over_target("make-room-t48-256-decode"),
+        share=True,
+    ),
+)
+
+
+def _hit(row: SeedRow, value: float) -> bool:
+    if row.share:
+        return abs(value - row.seed) <= SHARE_TOLERANCE
+    return abs(value - row.seed) <= RELATIVE_TOLERANCE * abs(row.seed)
+
+
+def seed_comparison(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """One entry per seed row: `row`, `seed`, `flatshare` (None when the run lacks the condition), `ratio`,
+    `fitted`, `hit`."""
+    out = []
+    for row in SEED_ROWS:
+        value = row.get(summary)
+        out.append(
+            {
+                "row": row.row,
+                "seed": round(row.seed, 4),
+                "flatshare": None if value is None else round(float(value), 4),
+                "ratio": None if value is None else round(float(value) / row.seed, 3),
+                "fitted": row.fitted,
+                "hit": None if value is None else _hit(row, float(value)),
+            }
+        )
+    return out
+
+
+def seed_table_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The comparison as a markdown table."""
+    lines = [
+        "| row | seed | flatshare | ratio | fitted or predicted | within 25% (10 points) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        value = "-" if r["flatshare"] is None else f"{r['flatshare']:.3g}"
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        hit = "-" if r["hit"] is None else ("yes" if r["hit"] else "**no**")
+        kind = "fitted" if r["fitted"] else "predicted"
+        lines.append(f"| {r['row']} | {r['seed']:.3g} | {value} | {ratio} | {kind} | {hit} |")
+    return lines

@@ -1,0 +1,157 @@
+"""Fit the seed preset's unstated parameters on the stock-vLLM rows, and measure how each one moves the table.
+
+`fit`: runs `alone` and `vllm-priority` (2 callers) for every point of a grid over the parameters the first
+seed does not state (max model length, CPU-tier size, vLLM's admission rule, the API pass) and ranks the
+points by their distance to the seed's stock rows only (`flatshare.analysis.seed_table`, rows marked
+fitted): squared log ratio for times, squared difference in tens of points for shares of turns.
+
+`sensitivity`: from the preset (`flatshare.experiments.setup.SEED`), changes one parameter at a time and
+reports the stock baseline's and make-room T=48's voice p95, turns over target and KV share of the wait.
+
+    .venv/bin/python tools/seed_fit.py fit --out docs/results/colocation/seed-fit.md
+    .venv/bin/python tools/seed_fit.py sensitivity --out docs/results/colocation/sensitivity.md
+
+Both write a markdown table (and print it); runs go to a temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from flatshare.analysis.colocation import summarize
+from flatshare.analysis.seed_table import SEED_ROWS
+from flatshare.experiments.colocation import MAIN_CONDITIONS, ColocationPlan, run_plan
+from flatshare.experiments.runs import load_runs
+from flatshare.experiments.setup import SEED, Setup
+
+GRID: dict[str, tuple[Any, ...]] = {
+    "max_model_len": (16384, 32768),
+    "cpu_tier_tokens": (65536, 262144, 524288),
+    "reserve_full_isl": (True, False),
+    "api_latency_s": (0.03, 0.06),
+}
+SENSITIVITY: tuple[tuple[str, Any], ...] = (
+    ("reserve_full_isl", False),
+    ("max_model_len", 32768),
+    ("cpu_tier_tokens", 0),
+    ("cpu_tier_tokens", 65536),
+    ("cpu_tier_tokens", 524288),
+    ("api_latency_s", 0.0),
+    ("agent_source", "weka"),
+)
+
+
+def _summary(setup: Setup, keys: Iterable[str], seeds: int, duration: float) -> dict[str, Any]:
+    conditions = tuple(c for c in MAIN_CONDITIONS if c.key in set(keys))
+    plan = ColocationPlan(
+        callers=(2,), seeds=seeds, duration_s=duration, drain_s=60.0, conditions=conditions, setup=setup
+    )
+    with tempfile.TemporaryDirectory(prefix="flatshare-seed-fit-") as tmp:
+        run_plan(Path(tmp), plan)
+        return summarize(load_runs(Path(tmp)))
+
+
+def loss(summary: dict[str, Any]) -> float:
+    """Distance to the seed's fitted rows (0 is a perfect match)."""
+    total = 0.0
+    for row in SEED_ROWS:
+        if not row.fitted:
+            continue
+        value = row.get(summary)
+        if value is None:
+            return math.inf
+        if row.share:
+            total += ((value - row.seed) / 0.1) ** 2
+        else:
+            total += math.log(max(value, 1e-3) / row.seed) ** 2
+    return total
+
+
+def _fitted_cells(summary: dict[str, Any]) -> list[str]:
+    return [f"{row.get(summary) or 0:.3g}" for row in SEED_ROWS if row.fitted]
+
+
+def fit(seeds: int, duration: float) -> list[str]:
+    names = list(GRID)
+    header = [row.row.split(": ", 1)[-1] for row in SEED_ROWS if row.fitted]
+    results = []
+    for values in itertools.product(*GRID.values()):
+        setup = SEED.with_changes(**dict(zip(names, values, strict=True)))
+        summary = _summary(setup, ("alone", "vllm-priority"), seeds, duration)
+        results.append((loss(summary), values, _fitted_cells(summary)))
+        print(f"{loss(summary):8.3f}  {dict(zip(names, values, strict=True))}", flush=True)
+    seed_cells = [f"{row.seed:.3g}" for row in SEED_ROWS if row.fitted]
+    lines = [
+        f"Grid fit on the seed's stock rows ({seeds} seeds x {duration:.0f} virtual s, 2 callers); lower loss "
+        "is closer.",
+        "",
+        "| loss | " + " | ".join(names) + " | " + " | ".join(header) + " |",
+        "|---" * (len(names) + len(header) + 1) + "|",
+        "| seed | " + " | ".join("" for _ in names) + " | " + " | ".join(seed_cells) + " |",
+    ]
+    for value, point, cells in sorted(results, key=lambda r: r[0]):
+        lines.append(f"| {value:.3f} | " + " | ".join(map(str, point)) + " | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _sensitivity_row(label: str, summary: dict[str, Any]) -> str:
+    cells = [label]
+    for key in ("vllm-priority", "make-room-t48"):
+        m = summary["conditions"][key]
+        share = m.get("voice_wait_kv_share")
+        cells += [
+            f"{m['voice_turn_p95_s']:.2f}",
+            f"{m['voice_over_target_frac']:.0%}",
+            f"{m['voice_ttft_mean_s']:.2f}",
+            "-" if share is None else f"{share:.0%}",
+        ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def sensitivity(seeds: int, duration: float) -> list[str]:
+    keys = ("alone", "vllm-priority", "make-room-t48")
+    cols = ("p95 s", "over target", "TTFT mean s", "KV share of wait")
+    lines = [
+        f"One unstated parameter changed at a time from the seed preset ({seeds} seeds x {duration:.0f} "
+        "virtual s, 2 callers).",
+        "",
+        "| setup | "
+        + " | ".join(f"stock {c}" for c in cols)
+        + " | "
+        + " | ".join(f"T=48 {c}" for c in cols)
+        + " |",
+        "|---" * 9 + "|",
+        _sensitivity_row("seed preset", _summary(SEED, keys, seeds, duration)),
+    ]
+    for name, value in SENSITIVITY:
+        summary = _summary(SEED.with_changes(**{name: value}), keys, seeds, duration)
+        lines.append(_sensitivity_row(f"{name} = {value}", summary))
+        print(lines[-1], flush=True)
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("mode", choices=("fit", "sensitivity"))
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--duration", type=float, default=300.0)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    lines = (fit if args.mode == "fit" else sensitivity)(args.seeds, args.duration)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
