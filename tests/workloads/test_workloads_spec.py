@@ -5,7 +5,10 @@ from pathlib import Path
 import pytest
 
 from flatshare.errors import InputError
+from flatshare.workloads.model import DEFAULT_PRIORITY
 from flatshare.workloads.spec import parse_spec
+from flatshare.workloads.tokens import Span
+from flatshare.workloads.traces.weka import read_sessions
 
 
 def test_voice_agents() -> None:
@@ -16,6 +19,34 @@ def test_voice_agents() -> None:
     assert sum(s.cls == "agent" for s in w.sessions) == 4
     assert w == parse_spec("voice-agents:callers=2,agents=4,duration=120", seed=3)
     assert w != parse_spec("voice-agents:callers=2,agents=4,duration=120", seed=4)
+
+
+def test_voice_agents_can_replay_the_weka_sessions(traces_dir: Path) -> None:
+    trace = traces_dir / "claude-code-weka-sample" / "sample_trace_with_subagent.json"
+    spec = f"voice-agents:callers=2,agents=12,duration=600,agent_source=weka,agent_trace={trace}"
+    w = parse_spec(spec, seed=3)
+    assert w == parse_spec(spec, seed=3)
+    agents = [s for s in w.sessions if s.cls == "agent"]
+    assert len(agents) == 12 and sum(s.cls == "voice" for s in w.sessions) == 2
+    _, raw = read_sessions(trace)
+    recorded = {(c.n_in, max(1, c.n_out), c.think_s) for s in raw for c in s.calls}
+    keys: list[set[str]] = []
+    for s in agents:
+        assert 0 <= s.start_s < 30 and s.requests[0].pause_before_s == s.start_s
+        for prev, r in zip(s.requests, s.requests[1:], strict=False):
+            assert r.priority == DEFAULT_PRIORITY["agent"] and r.arrival_s is not None and r.arrival_s < 600
+            # a recorded call (its size, output and pause), or the next session's first (a fresh context)
+            assert (r.prompt_tokens, r.max_tokens, r.pause_before_s) in recorded or (
+                r.prompt_tokens < prev.prompt_tokens and r.pause_before_s > 0
+            )
+        keys.append({span.key for r in s.requests for span in r.prompt if isinstance(span, Span)})
+    # agents replay the sessions back to back (not one ~100 s session each), and never share token ids
+    assert sum((s.requests[-1].arrival_s or 0) > 300 for s in agents) >= 9
+    assert all(not (a & b) for i, a in enumerate(keys) for b in keys[i + 1 :])
+    assert agents[0].requests[0].prompt_token_ids[:64] != agents[5].requests[0].prompt_token_ids[:64]
+    capped = parse_spec(spec, seed=3, max_model_len=16384)
+    assert max(r.prompt_tokens + r.max_tokens for r in capped.requests()) <= 16384
+    assert parse_spec(spec + ",agents=3").n_requests < w.n_requests
 
 
 def test_long_short_and_model_len() -> None:
@@ -58,6 +89,9 @@ def test_sharegpt(tmp_path: Path) -> None:
         ("azure", r"azure needs a path"),
         ("azure:/nonexistent/file.csv", r"no such file"),
         ("agents:n=0", r"coding_agents needs n >= 1"),
+        ("voice-agents:agent_source=replay", r"agent_source must be one of synthetic, weka, got 'replay'"),
+        ("agents:agent_trace=x.json", r"agent_trace is read only with agent_source=weka"),
+        ("agents:agent_source=weka,agent_trace=/nonexistent.json", r"no such file"),
         ("mooncake:x.jsonl,speed=2", r"unknown setting 'speed=2' for mooncake; valid keys: duration, limit"),
     ],
 )

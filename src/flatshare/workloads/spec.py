@@ -5,6 +5,10 @@ Grammar: `NAME[:ARGS]`. Synthetic workloads take `key=value` pairs separated by 
 path, then optional pairs (`azure:PATH`, `weka:PATH,copies=5,stagger=20`); the path ends at the first comma
 that is followed only by `key=value` pairs. Every workload also accepts `max_model_len`. Unknown names and
 keys raise `InputError` listing the valid ones.
+
+The agents of `voice-agents` and `agents` are generated (`agent_source=synthetic`, the default) or replay the
+WEKA Claude Code sample's real sessions (`agent_source=weka`, file `agent_trace=PATH`, default
+`DEFAULT_AGENT_TRACE`, a path from the project root); see `weka_agents`.
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ from flatshare.workloads.synth.long_short import long_short
 from flatshare.workloads.synth.voice import VoiceProfile, voice_calls
 from flatshare.workloads.tokens import DEFAULT_VOCAB
 from flatshare.workloads.traces import TraceOptions, load_azure, load_mooncake, load_sharegpt, load_weka
+from flatshare.workloads.traces.weka_agents import weka_agents
 
 PAIR = re.compile(r"([a-z_]+)=(.*)")
+DEFAULT_AGENT_TRACE = "../shared/traces/claude-code-weka-sample/sample_trace_with_subagent.json"
+AGENT_SOURCES = ("synthetic", "weka")
 Args = dict[str, Any]
 Builder = Callable[[str | None, Args, int, int | None, int], Workload]
 TRACE_KEYS: dict[str, type] = {
@@ -65,6 +72,23 @@ def _voice(_: str | None, a: Args, seed: int, mml: int | None, vocab: int) -> Wo
 
 
 def _agents(_: str | None, a: Args, seed: int, mml: int | None, vocab: int) -> Workload:
+    if a["agent_source"] not in AGENT_SOURCES:
+        raise ValueError(f"agent_source must be one of {', '.join(AGENT_SOURCES)}, got {a['agent_source']!r}")
+    if a["agent_source"] == "weka":
+        if a["common_prefix"]:
+            raise ValueError("common_prefix applies to agent_source=synthetic only")
+        return weka_agents(
+            a["n"],
+            a["duration"],
+            seed,
+            a["agent_trace"] or DEFAULT_AGENT_TRACE,
+            stagger_s=a["agent_stagger"],
+            warm_start=a["warm"],
+            max_model_len=mml,
+            vocab_size=vocab,
+        )
+    if a["agent_trace"] is not None:
+        raise ValueError("agent_trace is read only with agent_source=weka")
     return coding_agents(
         a["n"],
         a["duration"],
@@ -125,8 +149,20 @@ def _sharegpt(path: str | None, a: Args, seed: int, mml: int | None, vocab: int)
     )
 
 
-_AGENT_KEYS: dict[str, type] = {"agent_stagger": float, "warm": bool, "common_prefix": int}
-_AGENT_DEFAULTS: Args = {"agent_stagger": 30.0, "warm": True, "common_prefix": 0}
+_AGENT_KEYS: dict[str, type] = {
+    "agent_stagger": float,
+    "warm": bool,
+    "common_prefix": int,
+    "agent_source": str,
+    "agent_trace": str,
+}
+_AGENT_DEFAULTS: Args = {
+    "agent_stagger": 30.0,
+    "warm": True,
+    "common_prefix": 0,
+    "agent_source": "synthetic",
+    "agent_trace": None,
+}
 _TRACE_DEFAULTS: Args = {"start": 0.0, "duration": None, "rate": 1.0, "limit": None, "priority": None}
 KINDS: dict[str, _Kind] = {
     "voice-agents": _Kind(
