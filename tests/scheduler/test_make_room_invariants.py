@@ -158,6 +158,10 @@ def check_preemptions(run: Run, scenario: Scenario) -> None:
         assert all(priority[v] > priority[line["waiting"]] for v in victims), line
     counters = run.result.scheduler_counters
     assert counters["mispredicted_admissions"] == 0, "preempted or held for a request vLLM did not admit"
+    # Only a KV connector (the CPU tier) may defer a request make-room acted for: it answers "ask again"
+    # while blocks the request would hit are still being stored or loaded, which make-room cannot ask about.
+    if scenario.engine.cpu_tier_tokens == 0:
+        assert counters["connector_deferred"] == 0
 
 
 def check_hold_bound(run: Run, scenario: Scenario) -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from tests.simkit import req
 
 from flatshare.sim.config import EngineConfig, fitting_model_len
 from flatshare.sim.engine import SimEngine
 from flatshare.sim.profile import load_profile
 from flatshare.sim.records import RequestRecord
 from flatshare.sim.waits import WAIT_PARTS
-from tests.simkit import req
 
 pytestmark = pytest.mark.vllm
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm.v1.core.sched.request_queue import RequestQueue, SchedulingPolicy, create_request_queue
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.request import Request
+from vllm.v1.request import Request, RequestStatus
 
 from flatshare.scheduler import policy, state
 from flatshare.scheduler.config import MakeRoomConfig
@@ -62,6 +62,8 @@ class MakeRoomCounters:
     held_waiting_admissions: int = 0
     hold_bound_releases: int = 0
     mispredicted_admissions: int = 0
+    async_load_admissions: int = 0
+    connector_deferred: int = 0
     empty_hold_steps: int = 0
 
 
@@ -278,6 +280,27 @@ class MakeRoomMixin(Scheduler):
             parked.add_request(request)
         self.waiting = parked
 
+    def _not_admitted(self, request_id: str, trace: dict[str, Any]) -> None:
+        """make-room acted for a request that this step did not schedule. vLLM may have admitted it into an
+        asynchronous KV load (its blocks allocated, `WAITING_FOR_REMOTE_KVS`: admitted, it runs once the load
+        is in). A KV connector may also have deferred it (vLLM's offloading connector answers "ask again"
+        while blocks it would hit are still being stored or loaded): make-room cannot ask the connector
+        without side effects, so that counts as `connector_deferred`. Anything else is a misprediction. Both
+        of the latter stop make-room acting for the request again until it is scheduled."""
+        stats = self.make_room_stats
+        request = self.requests.get(request_id)
+        if request is not None and request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+            stats.async_load_admissions += 1
+            trace["async_load"] = request_id
+            return
+        if self.connector is not None:
+            stats.connector_deferred += 1
+            trace["connector_deferred"] = request_id
+        else:
+            stats.mispredicted_admissions += 1
+            trace["mispredicted"] = request_id
+        self._mispredicted.add(request_id)
+
     def _after_step(self, plan: _Plan, output: SchedulerOutput, held: bool, trace: dict[str, Any]) -> None:
         """Check the step against the plan; keep the hold's streak and the guards."""
         stats = self.make_room_stats
@@ -286,9 +309,7 @@ class MakeRoomMixin(Scheduler):
             self._mispredicted.difference_update(scheduled)
             self._mispredicted.intersection_update(self.requests)
         if plan.acted_for is not None and plan.acted_for not in scheduled:
-            stats.mispredicted_admissions += 1
-            self._mispredicted.add(plan.acted_for)
-            trace["mispredicted"] = plan.acted_for
+            self._not_admitted(plan.acted_for, trace)
         if self._held_waiting:
             stats.held_waiting_admissions += self._held_waiting
             trace["held_waiting"] = self._held_waiting

@@ -1,60 +1,139 @@
-"""The simulated CPU KV tier: block hashes kept in host memory, least recently used out first.
+"""The simulated CPU KV tier: vLLM 0.32's CPU offloading manager with its default LRU policy.
 
-vLLM's offloading connector (`--kv-offloading-size`) copies KV blocks to CPU memory as they are
-computed and loads them back on a prefix hit instead of recomputing them. It does not run on the
-CPU backend, so the simulator keeps this equivalent: the tier holds the hashes of full blocks the
-engine computed (write-through, stores cost no step time as the copies overlap compute), bounded by
-`capacity_blocks`, evicting the least recently used; a request resuming after preemption or eviction
-gets the longest run of its next blocks that the tier still holds, priced at the profile's load
-bandwidth (`StepTimeProfile.load_time`).
+vLLM's `OffloadingConnector` (`--kv-offloading-size`) keeps copies of KV blocks in host memory,
+managed by `CPUOffloadingManager` (vllm/v1/kv_offload/cpu/manager.py) under the eviction policy named
+by the connector's `eviction_policy` extra config, "lru" unless set (`CPUOffloadingSpec.__init__` in
+vllm/v1/kv_offload/cpu/spec.py; `LRUCachePolicy` in vllm/v1/kv_offload/cpu/policies/lru.py). This
+class keeps the same states for each block hash (one offloaded chunk is one GPU block, vLLM's default
+`blocks_per_chunk`):
+
+- `prepare_store` (the manager's `prepare_store`, when the scheduler plans a store): a block not yet
+  held enters the tier *write-pending*: not evictable, and a lookup finds it pending
+  (`LookupResult.HIT_PENDING`), not a hit. To make room it evicts the least recently used evictable
+  blocks, never one of the blocks offered; when too few are evictable the whole store is dropped
+  (the manager returns None; the connector logs "cannot store chunks").
+- `complete_store` (when the worker reports the store done): the block becomes a hit and evictable.
+- `prepare_load` / `complete_load`: a load pins its blocks (a reference count) until it is done.
+- Recency (`LRUCachePolicy`): a block is the most recent when inserted, and when a request that used it
+  finishes (`touch`: the manager's `on_request_finished` ranks the request's blocks so its first block
+  is the most recent of them). Lookups leave recency alone.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 
 @dataclass
 class TierCounters:
     stored_blocks: int = 0
+    """Blocks whose store completed (now hits)."""
     evicted_blocks: int = 0
     hit_blocks: int = 0
+    """Blocks loaded back to the GPU."""
+    dropped_blocks: int = 0
+    """Blocks offered for a store the tier could not make room for."""
+
+
+@dataclass
+class _Block:
+    ready: bool = False
+    pins: int = 0
+
+    @property
+    def evictable(self) -> bool:
+        return self.ready and self.pins == 0
 
 
 class CpuKvTier:
-    """An LRU set of block hashes with a fixed capacity in blocks."""
+    """Block hashes held in host memory, a fixed number of blocks, least recently used out first."""
 
     def __init__(self, capacity_blocks: int) -> None:
         if capacity_blocks <= 0:
             raise ValueError("capacity_blocks must be > 0")
         self.capacity_blocks = capacity_blocks
-        self._blocks: OrderedDict[Hashable, None] = OrderedDict()
+        self._blocks: OrderedDict[Hashable, _Block] = OrderedDict()  # least recently used first
         self.counters = TierCounters()
 
     def __len__(self) -> int:
+        """Blocks held, write-pending ones included (they take their host memory at once)."""
         return len(self._blocks)
 
-    def store(self, hashes: Sequence[Hashable]) -> None:
-        """Keep these blocks (most recent last), evicting the least recently used beyond capacity."""
+    def __contains__(self, block_hash: Hashable) -> bool:
+        return block_hash in self._blocks
+
+    def is_ready(self, block_hash: Hashable) -> bool:
+        block = self._blocks.get(block_hash)
+        return block is not None and block.ready
+
+    @property
+    def pinned_blocks(self) -> int:
+        """Blocks a store or load in flight holds (write-pending or being read)."""
+        return sum(1 for b in self._blocks.values() if not b.evictable)
+
+    def lookup(self, hashes: Sequence[Hashable]) -> int | None:
+        """How many consecutive blocks from `hashes[0]` are hits; None if one of them is still being
+        stored (vLLM then defers the lookup: `_maximal_prefix_lookup` returns None on HIT_PENDING)."""
+        n = 0
+        pending = False
         for block_hash in hashes:
+            block = self._blocks.get(block_hash)
+            if block is None:
+                break
+            pending |= not block.ready
+            n += 1
+        return None if pending else n
+
+    def prepare_store(self, hashes: Sequence[Hashable]) -> list[Hashable] | None:
+        """Insert the blocks not yet held as write-pending (most recent last) and return them, evicting
+        the least recently used evictable blocks as needed; None (nothing changed) if too few are."""
+        offered = set(hashes)
+        new = [h for h in dict.fromkeys(hashes) if h not in self._blocks]
+        if not new:
+            return []
+        excess = len(self._blocks) + len(new) - self.capacity_blocks
+        if excess > 0:
+            victims: list[Hashable] = []
+            for block_hash, block in self._blocks.items():
+                if len(victims) == excess:
+                    break
+                if block.evictable and block_hash not in offered:
+                    victims.append(block_hash)
+            if len(victims) < excess:
+                self.counters.dropped_blocks += len(new)
+                return None
+            for block_hash in victims:
+                del self._blocks[block_hash]
+            self.counters.evicted_blocks += len(victims)
+        for block_hash in new:
+            self._blocks[block_hash] = _Block()
+        return new
+
+    def complete_store(self, hashes: Iterable[Hashable]) -> None:
+        for block_hash in hashes:
+            block = self._blocks.get(block_hash)
+            if block is not None and not block.ready:
+                block.ready = True
+                self.counters.stored_blocks += 1
+
+    def prepare_load(self, hashes: Iterable[Hashable]) -> None:
+        for block_hash in hashes:
+            block = self._blocks[block_hash]
+            assert block.ready, "a load reads only completed blocks"
+            block.pins += 1
+            self.counters.hit_blocks += 1
+
+    def complete_load(self, hashes: Iterable[Hashable]) -> None:
+        for block_hash in hashes:
+            block = self._blocks[block_hash]
+            assert block.pins > 0
+            block.pins -= 1
+
+    def touch(self, hashes: Sequence[Hashable]) -> None:
+        """A request that used these blocks (in prefix order) finished: they become the most recent,
+        its first block the most recent of all."""
+        for block_hash in reversed(hashes):
             if block_hash in self._blocks:
                 self._blocks.move_to_end(block_hash)
-                continue
-            self._blocks[block_hash] = None
-            self.counters.stored_blocks += 1
-            if len(self._blocks) > self.capacity_blocks:
-                self._blocks.popitem(last=False)
-                self.counters.evicted_blocks += 1
-
-    def match(self, hashes: Sequence[Hashable], start: int) -> int:
-        """How many consecutive blocks from `hashes[start]` on the tier holds (touching them)."""
-        n = 0
-        for block_hash in hashes[start:]:
-            if block_hash not in self._blocks:
-                break
-            self._blocks.move_to_end(block_hash)
-            n += 1
-        self.counters.hit_blocks += n
-        return n

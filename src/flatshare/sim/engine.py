@@ -5,21 +5,30 @@ advances the clock, and feeds `update_from_output()` a fake `ModelRunnerOutput` 
 token for every request whose prompt is fully computed (partial prefill chunks sample nothing, as in
 vLLM's model runner). Requests may be submitted at any virtual time not before the clock, so a driver
 can issue a session's next request when the previous one finishes.
+
+With the CPU tier on (`cpu_tier_tokens`), the engine also plays the tier connector's worker
+(`SimOffloadWorker`, see flatshare.sim.connector): loads and stores run on their own host links beside
+the steps, each step's output carries the transfers that finished by the step's start
+(`ModelRunnerOutput.kv_connector_output`), a step first waits for the stores it must flush, and when
+nothing can be scheduled while transfers are in flight the engine idles to the next transfer's end (or
+the next arrival) and steps again, as vLLM's engine keeps stepping while requests wait for their KV.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from vllm.v1.core.sched.output import SchedulerOutput
-from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request
 
 from flatshare.sim.config import EngineConfig
-from flatshare.sim.connector import SimCpuTierConnector, SimStepLoads
+from flatshare.sim.connector import SimCpuTierConnector
+from flatshare.sim.offload_worker import SimOffloadWorker
 from flatshare.sim.profile import ScheduledWork, StepTimeProfile
 from flatshare.sim.records import EngineSample, RequestRecord
 from flatshare.sim.requests import SimRequest
@@ -46,6 +55,8 @@ class StepReport:
     tokens: list[tuple[str, int]] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
+    flush_wait_s: float = 0.0
+    """Time the step waited, before `start_s`, for stores to the CPU tier it had to flush."""
 
 
 @dataclass
@@ -57,6 +68,8 @@ class SimResult:
     preemptions: int
     cpu_loaded_tokens: int
     scheduler_counters: dict[str, Any]
+    cpu_tier: dict[str, float] = field(default_factory=dict)
+    """The CPU tier's counters (`SimEngine.cpu_tier_counters`); empty without the tier."""
 
 
 class SimEngine:
@@ -69,6 +82,10 @@ class SimEngine:
         self._factory = RequestFactory(config.block_size)
         connector = self.scheduler.get_kv_connector()
         self._tier = connector if isinstance(connector, SimCpuTierConnector) else None
+        self._worker: SimOffloadWorker | None = None
+        if self._tier is not None:
+            per_token = profile.load_time(1)  # PCIe is full duplex: stores at the same rate, on their own
+            self._worker = SimOffloadWorker(per_token, per_token)
         self.now = 0.0
         self.steps = 0
         self.preemptions = 0
@@ -79,6 +96,8 @@ class SimEngine:
         self._next_sample = 0.0
         self._empty_steps = 0
         self._in_flight: tuple[SchedulerOutput, ModelRunnerOutput, StepReport] | None = None
+        # After an idle wait nothing has followed yet: (its start, len(samples), _next_sample).
+        self._idle_mark: tuple[float, int, float] | None = None
         self.on_step: Callable[[StepReport], None] | None = None
         self.waits = WaitLedger(config.max_num_batched_tokens, config.max_num_seqs)
 
@@ -91,11 +110,17 @@ class SimEngine:
         if request.id in self.records or any(p[2].id == request.id for p in self._pending):
             raise ValueError(f"duplicate request id {request.id!r}")
         arrival = request.arrival_s + self.profile.api_latency_s
+        if self._idle_mark is not None and arrival < self.now:
+            self._rewind_idle(arrival)
         heapq.heappush(self._pending, (arrival, self._seq, request))
         self._seq += 1
 
     def has_work(self) -> bool:
-        return bool(self._pending) or self.scheduler.get_num_unfinished_requests() > 0
+        return (
+            bool(self._pending)
+            or self.scheduler.get_num_unfinished_requests() > 0
+            or self._loads_in_flight()  # an aborted request holds its blocks until its load ends
+        )
 
     def next_arrival_s(self) -> float | None:
         return self._pending[0][0] if self._pending else None
@@ -108,10 +133,13 @@ class SimEngine:
         scheduled while the previous one is still executing (its outputs not yet fed back), so the
         scheduler sees its own placeholders; the report returned is that of the step that completed.
         """
+        self._idle_mark = None
         self._admit_arrivals()
-        if self.scheduler.get_num_unfinished_requests() == 0 and self._in_flight is None:
+        idle = self.scheduler.get_num_unfinished_requests() == 0 and not self._loads_in_flight()
+        if idle and self._in_flight is None:
             if not self._pending:
                 return None
+            self._drain_transfers(until_s=self._pending[0][0])
             return self._idle_until(self._pending[0][0])
         output = self.scheduler.schedule()
         self._check_step(output)
@@ -124,19 +152,46 @@ class SimEngine:
         return report
 
     def _launch(self, output: SchedulerOutput) -> tuple[StepReport, ModelRunnerOutput]:
-        """Price a scheduled step from the clock's current time; the clock is not moved."""
+        """Price a scheduled step from the clock's current time; the clock is not moved. CPU-tier loads
+        and stores overlap steps; only a flush delays the step's start."""
         work, model_output = self._execute(output)
-        loads = output.kv_connector_metadata
-        loaded = loads.tokens if isinstance(loads, SimStepLoads) else 0
-        end = self.now + self.profile.step_time(work, loaded)
+        start, model_output.kv_connector_output = self._worker_begin(output)
+        end = start + self.profile.step_time(work)
+        if self._worker is not None:
+            self._worker.end_step(output.kv_connector_metadata, end)
         report = StepReport(
-            self.now,
+            start,
             end,
             output.total_num_scheduled_tokens,
             dict(output.num_scheduled_tokens),
             preempted=sorted(output.preempted_req_ids),
+            flush_wait_s=start - self.now,
         )
         return report, model_output
+
+    def _launch_empty(self, output: SchedulerOutput) -> tuple[StepReport, ModelRunnerOutput]:
+        """A step that scheduled nothing: no forward, but the tier's worker still flushes, starts the
+        step's loads and reports finished transfers (vLLM's `kv_connector_no_forward`)."""
+        start, kv_output = self._worker_begin(output)
+        if self._worker is not None:
+            self._worker.end_step(output.kv_connector_metadata, start)
+        preempted = sorted(output.preempted_req_ids)
+        report = StepReport(start, start, preempted=preempted, flush_wait_s=start - self.now)
+        return report, ModelRunnerOutput.with_kv_conn_output_only(kv_output)
+
+    def _worker_begin(self, output: SchedulerOutput) -> tuple[float, KVConnectorOutput | None]:
+        """When the step's forward can start (after any flush), and the transfers finished by then."""
+        if self._worker is None:
+            return self.now, None
+        start = self._worker.begin_step(output.kv_connector_metadata, self.now)
+        return start, self._worker.poll(start)
+
+    def _loads_in_flight(self) -> bool:
+        return self._worker is not None and self._worker.loads_pending()
+
+    def _move_clock(self, t: float) -> None:
+        self._sample_until(t)
+        self.now = max(self.now, t)
 
     def _complete(self, output: SchedulerOutput, model_output: ModelRunnerOutput, report: StepReport) -> None:
         """The step has executed: move the clock to its end and feed its outputs back."""
@@ -146,7 +201,8 @@ class SimEngine:
         reason = self.waits.not_scheduled_reason(scheduled, len(self.scheduler.running))
         self._apply(output, model_output, report)
         got_tokens = {request_id for request_id, _ in report.tokens}
-        self.waits.step(report.start_s, report.end_s, scheduled, reason, self.scheduler, got_tokens)
+        gap = "store_flush" if report.flush_wait_s > 0 else "idle"
+        self.waits.step(report.start_s, report.end_s, scheduled, reason, self.scheduler, got_tokens, gap)
         self._empty_steps = 0
         self.steps += 1
         if self.on_step is not None:
@@ -160,7 +216,9 @@ class SimEngine:
         if output.total_num_scheduled_tokens == 0:
             if in_flight is None:
                 return self._empty_step(output)
-            self._apply(output, EMPTY_MODEL_RUNNER_OUTPUT, StepReport(self.now, self.now))
+            report, model_output = self._launch_empty(output)
+            self._move_clock(report.end_s)
+            self._apply(output, model_output, report)
             return in_flight[2]
         report, model_output = self._launch(output)
         self._in_flight = (output, model_output, report)
@@ -172,8 +230,21 @@ class SimEngine:
             self.submit(request)
         while self.step() is not None:
             pass
+        self._drain_transfers()
         self._check_drained()
         return self.result()
+
+    def cpu_tier_counters(self) -> dict[str, float]:
+        """The CPU tier's counters: loads and stores (jobs, tokens, link seconds), flushes (steps that
+        waited, jobs, seconds), tier blocks (stored, hit, evicted, dropped, held now), deferred lookups.
+        Empty without the tier."""
+        if self._tier is None or self._worker is None:
+            return {}
+        counters: dict[str, float] = {}
+        for source in (self._tier.counters, self._tier.tier.counters, self._worker.counters):
+            counters.update(dataclasses.asdict(source))
+        counters["tier_blocks"] = len(self._tier.tier)
+        return counters
 
     def result(self) -> SimResult:
         counters_fn = getattr(self.scheduler, "make_room_counters", None)
@@ -186,6 +257,7 @@ class SimEngine:
             preemptions=self.preemptions,
             cpu_loaded_tokens=self._tier.loaded_tokens_total if self._tier else 0,
             scheduler_counters=counters,
+            cpu_tier=self.cpu_tier_counters(),
         )
 
     # -- internals ---------------------------------------------------------------------------------
@@ -204,15 +276,23 @@ class SimEngine:
 
     def _empty_step(self, output: SchedulerOutput) -> StepReport:
         """A step that scheduled nothing: vLLM runs no model. It may still have preempted (a running
-        request that could not grow preempts itself); then the next step makes progress."""
-        report = StepReport(self.now, self.now, preempted=sorted(output.preempted_req_ids))
-        self._apply(output, EMPTY_MODEL_RUNNER_OUTPUT, report)
-        if output.preempted_req_ids:
+        request that could not grow preempts itself) or reported finished CPU-tier transfers; then the
+        next step can make progress. Otherwise the engine idles to the next arrival or transfer end,
+        whichever is first (a request sent within that wait and submitted after it rewinds it: `submit`)."""
+        report, model_output = self._launch_empty(output)
+        self._move_clock(report.end_s)
+        self._apply(output, model_output, report)
+        if output.preempted_req_ids or model_output.kv_connector_output is not None:
             self._empty_steps = 0
             return report
         self._empty_steps += 1
-        if self._pending:
-            return self._idle_until(self._pending[0][0])
+        finish = self._worker.next_finish_s() if self._worker is not None else None
+        wake = min((t for t in (self.next_arrival_s(), finish) if t is not None), default=None)
+        if wake is not None:
+            mark = (self.now, len(self.samples), self._next_sample)
+            idle = self._idle_until(wake)
+            self._idle_mark = mark if finish is not None else None
+            return idle
         if self._empty_steps > 2:
             raise SimStalledError(f"t={self.now:.3f}s: {self.scheduler.get_request_counts()} stuck")
         return report
@@ -223,6 +303,39 @@ class SimEngine:
         self.now = max(self.now, t)
         self.waits.gap(self.now, "idle", self.scheduler)
         return StepReport(start, self.now)
+
+    def _rewind_idle(self, arrival_s: float) -> None:
+        """A request submitted after an idle wait for a transfer but due within it: nothing happened in
+        the wait after its start, so take the clock back to the request's arrival (not before the wait
+        began), as if the driver had submitted it in time. (The wait ledger keeps what it charged.)"""
+        assert self._idle_mark is not None
+        start, n_samples, next_sample = self._idle_mark
+        self._idle_mark = None
+        del self.samples[n_samples:]
+        self._next_sample = next_sample
+        self.now = max(start, arrival_s)
+        self._sample_until(self.now)
+
+    def _drain_transfers(self, until_s: float | None = None) -> None:
+        """With no request left, vLLM's engine keeps stepping while finished requests are still to be
+        passed to the connector or its jobs are in flight (`Scheduler.has_requests`:
+        `has_finished_requests`, `has_pending_push_work`): step now for the former, then idle to each
+        transfer's end (up to `until_s`) and report it, so the next request finds the tier as vLLM's
+        would (its finished requests' blocks made recent, its stores done)."""
+        while self._worker is not None:
+            if not self.scheduler.finished_req_ids:
+                # Nothing happens between these transfers' ends: report them all at the last one.
+                finish = self._worker.last_finish_s(until_s)
+                if finish is None:
+                    return
+                self._move_clock(finish)
+            output = self.scheduler.schedule()
+            self._check_step(output)
+            if output.total_num_scheduled_tokens:
+                raise SimInvariantError("the scheduler scheduled work after every request had finished")
+            report, model_output = self._launch_empty(output)
+            self._move_clock(report.end_s)
+            self._apply(output, model_output, report)
 
     def _sample_until(self, t: float) -> None:
         """Record samples for every sampling instant in [now, t) with the current state."""
@@ -260,9 +373,6 @@ class SimEngine:
         self.preemptions += len(output.preempted_req_ids)
         for req_id in output.preempted_req_ids:
             self.records[req_id].preemptions += 1
-        if self._tier is not None:
-            for req_id in output.num_scheduled_tokens:
-                self._tier.save_computed(self.scheduler.requests[req_id])
         engine_outputs = self.scheduler.update_from_output(output, model_output)
         for outputs in engine_outputs.values():
             for out in outputs.outputs:
@@ -292,10 +402,15 @@ class SimEngine:
     def _check_drained(self) -> None:
         free = self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
         unfinished = [r.id for r in self.records.values() if r.status != "finished"]
-        if unfinished or free != self.config.num_gpu_blocks - 1:
+        transfers = 0
+        if self._tier is not None and self._worker is not None:
+            transfers = (
+                self._tier.jobs_in_flight + self._tier.tier.pinned_blocks + int(self._worker.pending())
+            )
+        if unfinished or free != self.config.num_gpu_blocks - 1 or transfers:
             raise SimInvariantError(
                 f"after the run: unfinished {unfinished[:5]}, "
-                f"free blocks {free} of {self.config.num_gpu_blocks - 1}"
+                f"free blocks {free} of {self.config.num_gpu_blocks - 1}, CPU-tier transfers left {transfers}"
             )
 
 

@@ -7,9 +7,11 @@ cites where each coefficient comes from. The cost of a step is
     + prefill_token_s * prefill tokens + decode_token_s * decode tokens
     + prefill_attn_pair_s * sum over prefill chunks of n * (context before the chunk + n / 2)
     + decode_ctx_token_s * sum over decodes of the context read
-    + bytes loaded from the CPU KV tier / cpu_load_bytes_per_s
 
-Steps run one after another (no overlap), as in vLLM without async scheduling.
+Steps run one after another (no overlap), as in vLLM without async scheduling. Transfers to and from
+the CPU KV tier take `kv_bytes_per_token / cpu_load_bytes_per_s` a token on their own links beside the
+steps (`flatshare.sim.offload_worker`); `step_time`'s `loaded_tokens` prices a synchronous load for
+callers that want one.
 
 `api_latency_s` (default 0) is the serving front end's share: one pass through vLLM's API server per
 request (HTTP, request processing, inter-process hops, output processing) that no engine step covers.

@@ -1,0 +1,125 @@
+"""The worker side of the simulated CPU tier (`SimOffloadWorker`), played by the simulated engine.
+
+See `flatshare.sim.connector` for what vLLM 0.32's offloading connector does and what the simulator keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
+from vllm.v1.outputs import KVConnectorOutput
+
+from flatshare.sim.connector import SimTransferMeta, SimWorkerMeta, TransferJob
+
+
+@dataclass
+class TransferCounters:
+    loads_started: int = 0
+    loads_finished: int = 0
+    load_tokens: int = 0
+    load_s: float = 0.0
+    """Seconds the host-to-device link was busy."""
+    stores_started: int = 0
+    stores_finished: int = 0
+    store_tokens: int = 0
+    store_s: float = 0.0
+    """Seconds the device-to-host link was busy."""
+    flush_waits: int = 0
+    """Steps that waited for a flushed store before starting."""
+    flushed_jobs: int = 0
+    flush_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Submitted:
+    job: TransferJob
+    start_s: float
+    end_s: float
+
+
+class SimOffloadWorker:
+    """The worker side of `SimCpuTierConnector`: two serial links, host-to-device for loads and
+    device-to-host for stores (PCIe is full duplex, and vLLM runs one transfer handler per direction),
+    each job taking `tokens * seconds_per_token` once the link and the forward it waits for are done.
+    The engine calls `begin_step` when a step is launched (it returns when the forward can start, after
+    any flush), `poll` at that time, and `end_step` with the time the forward ends."""
+
+    def __init__(self, load_s_per_token: float, store_s_per_token: float) -> None:
+        self._s_per_token = {False: load_s_per_token, True: store_s_per_token}
+        self._free_s = {False: 0.0, True: 0.0}
+        self._submitted: dict[int, _Submitted] = {}  # not reported yet
+        self.counters = TransferCounters()
+
+    def _submit(self, job: TransferJob, t: float) -> None:
+        start = max(t, self._free_s[job.is_store])
+        duration = job.tokens * self._s_per_token[job.is_store]
+        self._free_s[job.is_store] = start + duration
+        self._submitted[job.job_id] = _Submitted(job, start, start + duration)
+        c = self.counters
+        if job.is_store:
+            c.stores_started += 1
+            c.store_tokens += job.tokens
+            c.store_s += duration
+        else:
+            c.loads_started += 1
+            c.load_tokens += job.tokens
+            c.load_s += duration
+
+    def begin_step(self, meta: KVConnectorMetadata | None, t: float) -> float:
+        """`handle_preemptions`: submit this step's flushed stores now and wait for every flushed job.
+        Returns the time the step's forward can start."""
+        if not isinstance(meta, SimTransferMeta) or not meta.jobs_to_flush:
+            return t
+        for job_id in sorted(meta.jobs_to_flush):
+            job = meta.store_jobs.get(job_id)
+            if job is not None:
+                self._submit(job, t)
+        ready = max((self._submitted[j].end_s for j in meta.jobs_to_flush if j in self._submitted), default=t)
+        self.counters.flushed_jobs += len(meta.jobs_to_flush)
+        if ready > t:
+            self.counters.flush_waits += 1
+            self.counters.flush_s += ready - t
+        return max(t, ready)
+
+    def poll(self, t: float) -> KVConnectorOutput | None:
+        """`get_finished` at `t`: the jobs done by then, loads named by request in `finished_recving`."""
+        done = sorted((s for s in self._submitted.values() if s.end_s <= t), key=lambda s: s.job.job_id)
+        if not done:
+            return None
+        for s in done:
+            del self._submitted[s.job.job_id]
+            if s.job.is_store:
+                self.counters.stores_finished += 1
+            else:
+                self.counters.loads_finished += 1
+        recving = {s.job.req_id for s in done if not s.job.is_store}
+        return KVConnectorOutput(
+            finished_recving=recving or None,
+            kv_connector_worker_meta=SimWorkerMeta({s.job.job_id for s in done}),
+        )
+
+    def end_step(self, meta: KVConnectorMetadata | None, forward_end_s: float) -> None:
+        """`start_load_kv` after the forward's launch (the load waits for the forward), and
+        `wait_for_save`: the step's other stores go out when its forward has written their blocks."""
+        if not isinstance(meta, SimTransferMeta):
+            return
+        for job_id in sorted(meta.load_jobs):
+            self._submit(meta.load_jobs[job_id], forward_end_s)
+        for job_id in sorted(meta.store_jobs):
+            if job_id not in meta.jobs_to_flush:
+                self._submit(meta.store_jobs[job_id], forward_end_s)
+
+    def pending(self) -> bool:
+        return bool(self._submitted)
+
+    def loads_pending(self) -> bool:
+        return any(not s.job.is_store for s in self._submitted.values())
+
+    def next_finish_s(self) -> float | None:
+        return min((s.end_s for s in self._submitted.values()), default=None)
+
+    def last_finish_s(self, until_s: float | None = None) -> float | None:
+        """The last end among the jobs in flight that end by `until_s` (None: all of them)."""
+        ends = (s.end_s for s in self._submitted.values() if until_s is None or s.end_s <= until_s)
+        return max(ends, default=None)
