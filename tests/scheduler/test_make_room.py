@@ -357,3 +357,37 @@ def test_prefill_deferral_is_read_as_vllm_decides_it() -> None:
     cadence = {"local_prefill_interval": 4, "last_prefill_step": 10}
     assert prefills_deferred(sched(num_executed_steps=11, **cadence), throttle_prefills=False)
     assert not prefills_deferred(sched(num_executed_steps=13, **cadence), throttle_prefills=False)
+
+
+def _reload_case(**make_room_settings: object) -> dict[str, object]:
+    """A voice turn whose 1,600-token prefix sits in the CPU tier (evicted from the GPU by a filler)
+    arrives while a lower-priority 3,000-token prompt is being prefilled. vLLM admits the turn's
+    asynchronous load only into the free blocks less what that in-flight prefill still needs."""
+    requests = [
+        req("voice0", 0.0, 1600, 2, priority=0, group="sys"),
+        req("filler", 0.3, 3500, 2, priority=1),
+        req("agent", 1.0, 3000, 60, priority=1),
+        req("voice1", 1.05, 1616, 2, priority=0, group="sys"),
+    ]
+    settings = make_room(**make_room_settings) if make_room_settings else {}
+    config = EngineConfig(
+        kv_tokens=4096, max_model_len=fitting_model_len(4096, 16), cpu_tier_tokens=8192, **settings
+    )  # type: ignore[arg-type]
+    engine = SimEngine(config, load_profile())
+    result = engine.run(requests)
+    return {"records": by_id(result), "counters": result.scheduler_counters, "tier": result.cpu_tier}
+
+
+def test_make_room_counts_the_reservation_an_asynchronous_load_must_leave() -> None:
+    # Found in the co-location experiment with the CPU tier on: make-room thought the turn fitted (it
+    # ignored in-flight prefills' reservation), held the agent's prefill for it, and vLLM refused the
+    # turn's load every step because the held prefill kept its reservation: the turn waited out the hold.
+    stock = _reload_case()
+    mr = _reload_case(window_tokens=48)
+    turn_stock, turn_mr = stock["records"]["voice1"], mr["records"]["voice1"]  # type: ignore[index]
+    assert stock["tier"]["loads_started"] >= 1 and mr["tier"]["loads_started"] >= 1  # type: ignore[index]
+    counters = mr["counters"]
+    assert counters["connector_deferred"] == 0 and counters["mispredicted_admissions"] == 0  # type: ignore[index]
+    assert counters["preemptions_for_waiting"] >= 1  # type: ignore[index]
+    assert counters["async_load_admissions"] >= 1  # type: ignore[index]
+    assert turn_mr.ttft_s < 0.3 < turn_stock.ttft_s  # type: ignore[attr-defined]

@@ -108,7 +108,10 @@ def engine_config(condition: Condition, setup: Setup) -> Any:
 
 
 def workload_spec(callers: int, plan: ColocationPlan) -> str:
-    spec = f"voice-agents:callers={callers},agents={plan.agents},duration={plan.duration_s}"
+    spec = (
+        f"voice-agents:callers={callers},agents={plan.agents},duration={plan.duration_s},"
+        f"voice_system={plan.setup.voice_system_tokens}"
+    )
     if plan.setup.agent_source != "synthetic":
         spec += f",agent_source={plan.setup.agent_source}"
     return spec

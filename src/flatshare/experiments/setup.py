@@ -27,6 +27,8 @@ class Setup:
     tokens; 0: off). `reserve_full_isl`: vLLM 0.32's admission rule (the whole prompt must fit; False: the
     first chunk). `api_latency_s`: one pass through vLLM's API server (None: the profile's). `agent_source`:
     `synthetic` (generated from the WEKA sample's distributions) or `weka` (the sample's own sessions).
+    `voice_system_tokens`: the voice agent's system prompt (instructions, persona, tools), shared by every
+    turn of every call; each turn adds the call's dialogue so far.
     """
 
     profile: str = "llama3-8b-24gb"
@@ -36,6 +38,7 @@ class Setup:
     reserve_full_isl: bool = True
     api_latency_s: float | None = None
     agent_source: str = "synthetic"
+    voice_system_tokens: int = 600
 
     def __post_init__(self) -> None:
         if self.max_model_len <= 0 or self.cpu_tier_tokens < 0:
@@ -44,6 +47,8 @@ class Setup:
             raise ValueError("setup: kv_tokens must be > 0")
         if self.api_latency_s is not None and not 0 <= self.api_latency_s < 10:
             raise ValueError("setup: api_latency_s must be in [0, 10) seconds")
+        if self.voice_system_tokens < 1:
+            raise ValueError("setup: voice_system_tokens must be >= 1")
         if self.agent_source not in AGENT_SOURCES:
             raise ValueError(f"setup: agent_source must be one of {AGENT_SOURCES}, got {self.agent_source!r}")
 

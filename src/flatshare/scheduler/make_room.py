@@ -285,8 +285,10 @@ class MakeRoomMixin(Scheduler):
         asynchronous KV load (its blocks allocated, `WAITING_FOR_REMOTE_KVS`: admitted, it runs once the load
         is in). A KV connector may also have deferred it (vLLM's offloading connector answers "ask again"
         while blocks it would hit are still being stored or loaded): make-room cannot ask the connector
-        without side effects, so that counts as `connector_deferred`. Anything else is a misprediction. Both
-        of the latter stop make-room acting for the request again until it is scheduled."""
+        without side effects, so that counts as `connector_deferred`; such a deferral lasts until a transfer
+        ends (milliseconds), and make-room keeps acting for the request (it preempts only while the request
+        does not fit, so a deferred request costs no further victims). Anything else is a misprediction,
+        and make-room stops acting for that request until vLLM schedules it."""
         stats = self.make_room_stats
         request = self.requests.get(request_id)
         if request is not None and request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
@@ -296,9 +298,9 @@ class MakeRoomMixin(Scheduler):
         if self.connector is not None:
             stats.connector_deferred += 1
             trace["connector_deferred"] = request_id
-        else:
-            stats.mispredicted_admissions += 1
-            trace["mispredicted"] = request_id
+            return
+        stats.mispredicted_admissions += 1
+        trace["mispredicted"] = request_id
         self._mispredicted.add(request_id)
 
     def _after_step(self, plan: _Plan, output: SchedulerOutput, held: bool, trace: dict[str, Any]) -> None:

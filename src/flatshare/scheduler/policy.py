@@ -36,6 +36,10 @@ class Admission:
     they cost a block each once every holder is preempted); `watermark_blocks`: vLLM's watermark,
     applied only while some request stays running; `free_blocks`, `seats_free` (under `max_num_seqs`)
     and `token_budget` (before the running loop takes its share) are the step's resources.
+    `load_reserved_blocks`: when the request may be admitted into an asynchronous KV-connector load,
+    vLLM admits it only into the free blocks less what in-flight prefills still need to finish
+    (`Scheduler._inflight_prefill_reserved_blocks`): `(request_id, blocks)` per such prefill; a
+    preempted one gives its reservation up.
     """
 
     request_blocks: int
@@ -44,6 +48,7 @@ class Admission:
     free_blocks: int
     seats_free: int
     token_budget: int
+    load_reserved_blocks: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,11 @@ def fits(
     need = admission.request_blocks + len(released & admission.hit_block_ids)
     need += sum(r.step_blocks for r in staying)
     need += admission.watermark_blocks if staying else 0
+    if admission.load_reserved_blocks:  # what a staying prefill takes this step is no longer reserved
+        taken = {r.request_id: r.step_blocks for r in staying}
+        need += sum(
+            max(n - taken.get(rid, 0), 0) for rid, n in admission.load_reserved_blocks if rid not in gone
+        )
     return need <= admission.free_blocks + len(released)
 
 

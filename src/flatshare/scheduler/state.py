@@ -170,7 +170,24 @@ def admission(s: Any, request: Request) -> policy.Admission:
     watermark = manager.watermark_blocks if request.status in READY else 0
     seats = s.max_num_active_reqs - len(s.running) - s.num_waiting_for_streaming_input
     free = manager.block_pool.get_num_free_blocks()
-    return policy.Admission(needed, held_hits, watermark, free, seats, s.max_num_scheduled_tokens)
+    reserved = _load_reservations(s, request)
+    return policy.Admission(needed, held_hits, watermark, free, seats, s.max_num_scheduled_tokens, reserved)
+
+
+def _load_reservations(s: Any, request: Request) -> tuple[tuple[str, int], ...]:
+    """Blocks in-flight prefills keep from an asynchronous load's admission (vLLM 0.32: `reserved_blocks`
+    in the waiting loop's `allocate_slots` call). Whether the connector will answer with an asynchronous
+    load is known only by asking it, which has side effects (vLLM's offloading connector records the
+    lookup), so with a connector every request not yet computed counts as a possible load: at worst
+    make-room preempts for a reservation vLLM would not have applied, never holds for a request vLLM
+    will not admit."""
+    if s.connector is None or request.num_computed_tokens > 0 or not hasattr(s, "_inflight_prefills"):
+        return ()
+    reserved = [
+        (r.request_id, s._request_remaining_blocks(r)) for r in s._inflight_prefills if r is not request
+    ]
+    spec = int(getattr(s, "_spec_decode_step_blocks", 0))
+    return (*reserved, *((("<spec-decode>", spec),) if spec else ()))
 
 
 def _prefix_hit(s: Any, request: Request) -> tuple[tuple[list[Any], ...], int]:

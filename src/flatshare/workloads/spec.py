@@ -50,7 +50,7 @@ class _Kind:
 
 
 def _voice_agents(_: str | None, a: Args, seed: int, mml: int | None, vocab: int) -> Workload:
-    profile = VoiceProfile(turns_per_call=a["turns"])
+    profile = VoiceProfile(turns_per_call=a["turns"], system_tokens=a["voice_system"])
     parts = [
         voice_calls(a["callers"], a["duration"], seed, profile=profile, max_model_len=mml, vocab_size=vocab),
         _agents(None, a | {"n": a["agents"]}, seed, mml, vocab),
@@ -167,8 +167,9 @@ _TRACE_DEFAULTS: Args = {"start": 0.0, "duration": None, "rate": 1.0, "limit": N
 KINDS: dict[str, _Kind] = {
     "voice-agents": _Kind(
         _voice_agents,
-        {"callers": int, "agents": int, "duration": float, "turns": int} | _AGENT_KEYS,
-        {"callers": 2, "agents": 24, "duration": 600.0, "turns": 10} | _AGENT_DEFAULTS,
+        {"callers": int, "agents": int, "duration": float, "turns": int, "voice_system": int} | _AGENT_KEYS,
+        {"callers": 2, "agents": 24, "duration": 600.0, "turns": 10, "voice_system": VoiceProfile.system_tokens}
+        | _AGENT_DEFAULTS,
     ),
     "voice": _Kind(
         _voice,
