@@ -1,14 +1,20 @@
 """Fit the seed preset's unstated parameters on the stock-vLLM rows, and measure how each one moves the table.
 
 `fit`: runs `alone` and `vllm-priority` (2 callers) for every point of a grid over the parameters the first
-seed does not state (max model length, CPU-tier size, vLLM's admission rule, the API pass) and ranks the
-points by their distance to the seed's stock rows only (`flatshare.analysis.seed_table`, rows marked
-fitted): squared log ratio for times, squared difference in tens of points for shares of turns.
+seed does not state (max model length, CPU-tier size, vLLM's admission rule, the API pass, the voice agent's
+system prompt) and ranks the points by their distance to the seed's stock rows only
+(`flatshare.analysis.seed_table`, rows marked fitted): squared log ratio for times, squared difference in
+tens of points for shares of turns.
+
+`refine`: re-runs the best points of a `fit` table with more seeds and longer runs (the grid's ranking is
+noisy at 2 seeds), ranked the same way.
 
 `sensitivity`: from the preset (`flatshare.experiments.setup.SEED`), changes one parameter at a time and
 reports the stock baseline's and make-room T=48's voice p95, turns over target and KV share of the wait.
 
     .venv/bin/python tools/seed_fit.py fit --out docs/results/colocation/seed-fit.md
+    .venv/bin/python tools/seed_fit.py refine --grid docs/results/colocation/seed-fit.md --top 8 \
+        --seeds 5 --duration 600 --out docs/results/colocation/seed-fit-refined.md
     .venv/bin/python tools/seed_fit.py sensitivity --out docs/results/colocation/sensitivity.md
 
 Both write a markdown table (and print it); runs go to a temporary folder.
@@ -32,17 +38,19 @@ from flatshare.experiments.setup import SEED, Setup
 
 GRID: dict[str, tuple[Any, ...]] = {
     "max_model_len": (16384, 32768),
-    "cpu_tier_tokens": (65536, 262144, 524288),
+    "cpu_tier_tokens": (65536, 262144),
     "reserve_full_isl": (True, False),
-    "api_latency_s": (0.03, 0.06),
+    "api_latency_s": (0.0, 0.03, 0.06, 0.09),
+    "voice_system_tokens": (600, 2000, 4000),
 }
 SENSITIVITY: tuple[tuple[str, Any], ...] = (
-    ("reserve_full_isl", False),
+    ("reserve_full_isl", True),
     ("max_model_len", 32768),
     ("cpu_tier_tokens", 0),
-    ("cpu_tier_tokens", 65536),
-    ("cpu_tier_tokens", 524288),
+    ("cpu_tier_tokens", 262144),
     ("api_latency_s", 0.0),
+    ("voice_system_tokens", 600),
+    ("voice_system_tokens", 2000),
     ("agent_source", "weka"),
 )
 
@@ -77,18 +85,18 @@ def _fitted_cells(summary: dict[str, Any]) -> list[str]:
     return [f"{row.get(summary) or 0:.3g}" for row in SEED_ROWS if row.fitted]
 
 
-def fit(seeds: int, duration: float) -> list[str]:
+def _rank(points: Iterable[tuple[Any, ...]], seeds: int, duration: float, title: str) -> list[str]:
     names = list(GRID)
     header = [row.row.split(": ", 1)[-1] for row in SEED_ROWS if row.fitted]
     results = []
-    for values in itertools.product(*GRID.values()):
+    for values in points:
         setup = SEED.with_changes(**dict(zip(names, values, strict=True)))
         summary = _summary(setup, ("alone", "vllm-priority"), seeds, duration)
         results.append((loss(summary), values, _fitted_cells(summary)))
         print(f"{loss(summary):8.3f}  {dict(zip(names, values, strict=True))}", flush=True)
     seed_cells = [f"{row.seed:.3g}" for row in SEED_ROWS if row.fitted]
     lines = [
-        f"Grid fit on the seed's stock rows ({seeds} seeds x {duration:.0f} virtual s, 2 callers); lower loss "
+        f"{title} on the seed's stock rows ({seeds} seeds x {duration:.0f} virtual s, 2 callers); lower loss "
         "is closer.",
         "",
         "| loss | " + " | ".join(names) + " | " + " | ".join(header) + " |",
@@ -98,6 +106,23 @@ def fit(seeds: int, duration: float) -> list[str]:
     for value, point, cells in sorted(results, key=lambda r: r[0]):
         lines.append(f"| {value:.3f} | " + " | ".join(map(str, point)) + " | " + " | ".join(cells) + " |")
     return lines
+
+
+def fit(seeds: int, duration: float) -> list[str]:
+    return _rank(itertools.product(*GRID.values()), seeds, duration, "Grid fit")
+
+
+def refine(grid_table: Path, top: int, seeds: int, duration: float) -> list[str]:
+    """Re-run the `top` points of a `fit` table with more seeds and longer runs."""
+    rows = [
+        line for line in grid_table.read_text().splitlines() if line.startswith("| ") and line[2].isdigit()
+    ]
+    kinds = [type(values[0]) for values in GRID.values()]
+    points = []
+    for line in rows[:top]:
+        cells = [c.strip() for c in line.strip("|").split("|")][1 : 1 + len(kinds)]
+        points.append(tuple(c == "True" if k is bool else k(c) for k, c in zip(kinds, cells, strict=True)))
+    return _rank(points, seeds, duration, f"The {top} best grid points re-run")
 
 
 def _sensitivity_row(label: str, summary: dict[str, Any]) -> str:
@@ -140,12 +165,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=("fit", "sensitivity"))
+    parser.add_argument("mode", choices=("fit", "refine", "sensitivity"))
+    parser.add_argument("--grid", type=Path, help="refine: the table `fit` wrote")
+    parser.add_argument("--top", type=int, default=6)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--duration", type=float, default=300.0)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    lines = (fit if args.mode == "fit" else sensitivity)(args.seeds, args.duration)
+    if args.mode == "refine":
+        lines = refine(args.grid, args.top, args.seeds, args.duration)
+    else:
+        lines = (fit if args.mode == "fit" else sensitivity)(args.seeds, args.duration)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

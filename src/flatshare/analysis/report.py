@@ -12,6 +12,7 @@ from flatshare.analysis.colocation import BASELINE, summarize
 from flatshare.analysis.seed_table import seed_table_lines
 from flatshare.analysis.voice import VoicePipeline
 from flatshare.experiments.runs import load_runs
+from flatshare.experiments.setup import unstated_lines
 from flatshare.sim.waits import WAIT_PARTS
 
 GOAL_OVER_TARGET = 0.02
@@ -169,6 +170,8 @@ def write_report(out: Path, summary: dict[str, Any], plan_line: str) -> None:
         "",
     ]
     lines += [*_goal(summary), "", *_ordering(summary), ""]
+    if summary.get("setup"):
+        lines += ["## Setup", "", *unstated_lines(summary["setup"]), ""]
     lines += _seed(summary)
     lines += [*_waits(summary["conditions"]), ""]
     for callers, block in summary["by_callers"].items():
@@ -208,6 +211,8 @@ def build_report(out: Path) -> dict[str, Any]:
     runs = load_runs(out)
     pipeline = VoicePipeline()
     summary = summarize(runs, pipeline)
+    setups = {json.dumps(run.engine.get("setup"), sort_keys=True) for run in runs}
+    summary["setup"] = json.loads(setups.pop()) if len(setups) == 1 else None
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     figures.tail_figure(summary, out / "tail.png")
     figures.sweep_figure(summary, out / "window_sweep.png")

@@ -168,7 +168,13 @@ KINDS: dict[str, _Kind] = {
     "voice-agents": _Kind(
         _voice_agents,
         {"callers": int, "agents": int, "duration": float, "turns": int, "voice_system": int} | _AGENT_KEYS,
-        {"callers": 2, "agents": 24, "duration": 600.0, "turns": 10, "voice_system": VoiceProfile.system_tokens}
+        {
+            "callers": 2,
+            "agents": 24,
+            "duration": 600.0,
+            "turns": 10,
+            "voice_system": VoiceProfile.system_tokens,
+        }
         | _AGENT_DEFAULTS,
     ),
     "voice": _Kind(
