@@ -4,7 +4,8 @@ and whether the row was used to fit the preset's unstated parameters or is a pre
 Seed figures are from `shared/seeds/000` (2 callers, 24 agents, voice at top priority, 512-token steps unless
 a row says otherwise). Fitted rows are the stock-vLLM rows (`vllm-priority` and `alone`); the preset's
 unstated parameters were chosen on them only (`flatshare.experiments.setup`). A row is a hit when flatshare is
-within 25% of the seed, or within 10 points for a share of turns.
+within 25% of the seed; the two shares of turns over target (stock and T=48) within 10 points, as the
+issue that set these tolerances asks (a small share, such as 1 in 14 over 10 s, is held to 25%).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class SeedRow:
     seed: float
     get: Getter
     fitted: bool = False
-    share: bool = False  # a fraction of turns: compared in points, not as a ratio
+    share: bool = False  # a share of turns over target: compared in points, not as a ratio
 
 
 def _m(condition: str, field: str) -> Getter:
@@ -65,7 +66,7 @@ SEED_ROWS = (
     SeedRow("stock vLLM (priority): voice turn p95 s", 10.48, _m("vllm-priority", "voice_turn_p95_s"), True),
     SeedRow("stock vLLM: voice turn median s", 4.61, _m("vllm-priority", "voice_turn_p50_s"), True),
     SeedRow("stock vLLM: turns over target", 0.90, _m("vllm-priority", "voice_over_target_frac"), True, True),
-    SeedRow("stock vLLM: turns over 10 s", 1 / 14, _m("vllm-priority", "voice_over_10s_frac"), True, True),
+    SeedRow("stock vLLM: turns over 10 s", 1 / 14, _m("vllm-priority", "voice_over_10s_frac"), True),
     SeedRow(
         "stock vLLM: mean wait for the first token s", 2.81, _m("vllm-priority", "voice_ttft_mean_s"), True
     ),
@@ -121,7 +122,6 @@ SEED_ROWS = (
         "every fix (T=48, decode hold, 256-token steps), 4 and 6 callers: turns over target",
         16 / 720,
         _pooled_over_target("make-room-t48-256-decode"),
-        share=True,
     ),
 )
 
