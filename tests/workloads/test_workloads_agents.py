@@ -283,3 +283,14 @@ def test_base_is_clipped_only_as_far_as_a_compacted_call_needs() -> None:
     }
     assert bases[32768] == bases[None]  # 32k leaves the sample's ~11k base alone
     assert all(8000 <= b <= prof.base_high(16384) for b in bases[16384])
+
+
+@pytest.mark.parametrize("cap", [1024, 2048, 4096])
+def test_small_caps_keep_calls_whole(cap: int) -> None:
+    # Found by the replay tests at max_model_len 1024: a 1,500-token summary cannot fit, and calls came
+    # out as 1-token prompts with 1,023-token answers. Summaries are at most a fifth of the cap.
+    for session in coding_agents(3, 120, 0, max_model_len=cap).sessions:
+        for request in session.requests:
+            assert request.prompt_tokens + request.max_tokens <= cap
+            assert request.prompt_tokens >= cap // 4, (request.id, request.prompt_tokens)
+            assert request.max_tokens <= cap // 5 or not is_compaction(request)

@@ -40,6 +40,7 @@ from flatshare.workloads.tokens import (
 
 COMPACTION_SUFFIX = "-compact"
 _UNCAPPED_BASE_HIGH = 60_000
+SUMMARY_CAP_FRACTION = 5
 _BASE_LOW = 8_000
 
 
@@ -101,8 +102,14 @@ class AgentProfile:
         `max_model_len` is left to `base`."""
         if max_model_len is None:
             return _UNCAPPED_BASE_HIGH
-        room = 2 * self.summary_median + self.big_step_median + self.output_median
+        summary = min(self.summary_median, summary_cap(max_model_len))
+        room = 2 * summary + self.big_step_median + self.output_median
         return max(2, max_model_len // 4, max_model_len - int(np.ceil(room)))
+
+
+def summary_cap(max_model_len: int) -> int:
+    """The longest compaction summary under `max_model_len`."""
+    return max(1, max_model_len // SUMMARY_CAP_FRACTION)
 
 
 @dataclass(frozen=True)
@@ -141,11 +148,13 @@ class _AgentDraw:
         return int(np.clip(round(self.lognormal(median, sigma)), low, high))
 
     def summary(self) -> int:
+        """A compaction summary's length; at most `summary_max`, and at most a fifth of the max model
+        length (a summary is much shorter than the context it replaces, so tiny caps keep working)."""
         p = self.p
+        cap = self.max_model_len
+        high = p.summary_max if cap is None else min(p.summary_max, summary_cap(cap))
         return int(
-            np.clip(
-                round(self.lognormal(p.summary_median, p.summary_sigma, self.summary_rng)), 1, p.summary_max
-            )
+            np.clip(round(self.lognormal(p.summary_median, p.summary_sigma, self.summary_rng)), 1, high)
         )
 
     def think(self) -> float:
