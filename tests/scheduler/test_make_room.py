@@ -391,3 +391,27 @@ def test_make_room_counts_the_reservation_an_asynchronous_load_must_leave() -> N
     assert counters["preemptions_for_waiting"] >= 1  # type: ignore[index]
     assert counters["async_load_admissions"] >= 1  # type: ignore[index]
     assert turn_mr.ttft_s < 0.3 < turn_stock.ttft_s  # type: ignore[attr-defined]
+
+
+def test_a_turn_behind_an_agent_whose_load_just_finished_is_acted_for() -> None:
+    # Found in the co-location experiment (seed preset, seed 4, voice/0/8 sent at 90.27 s): vLLM drains
+    # requests holding loaded KV first; an agent whose CPU-tier load had just finished was the request vLLM
+    # would try, make-room acted only for it (nothing to do: same priority as the running agents), and the
+    # voice turn waited 2.6 s while a running agent's prefill took every step's budget.
+    from flatshare.experiments.colocation import MAIN_CONDITIONS, ColocationPlan, engine_config, workload_spec
+    from flatshare.experiments.setup import SEED
+    from flatshare.replay.virtual import run_virtual
+    from flatshare.workloads.spec import parse_spec
+
+    condition = next(c for c in MAIN_CONDITIONS if c.key == "make-room-t48")
+    plan = ColocationPlan(callers=(2,), seeds=1, duration_s=600.0, setup=SEED)
+    config = engine_config(condition, SEED)
+    profile = load_profile()
+    profile = type(profile)(**{**vars(profile), "api_latency_s": SEED.api_latency_s})
+    workload = parse_spec(workload_spec(2, plan), seed=4, max_model_len=config.max_model_len)
+    engine = SimEngine(config, profile)
+    run = run_virtual(workload, [engine], until_s=92.0, stop_s=100.0)
+    turn = next(r for r in run.records if r.id == "voice/0/8")
+    assert turn.wait_s is not None and turn.ttft_s is not None
+    assert turn.wait_s["token_budget"] + turn.wait_s["kv_behind_load"] + turn.wait_s["kv_memory"] < 0.1
+    assert turn.ttft_s < 0.5

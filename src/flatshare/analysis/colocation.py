@@ -17,7 +17,7 @@ least n long), `seed_comparison` (the first seed's table beside these figures: `
 `voice_wait_parts_mean_s` (mean seconds of each turn's time before its first token by part,
 `flatshare.sim.waits.WAIT_PARTS`, over turns with a first token and a ledger; the parts add up to
 `voice_wait_total_mean_s`, the mean time to first token of the same turns) and `voice_wait_kv_share`
-(kv_memory's share of that total). Voice turns count a failed or refused turn as 30 s (see `flatshare.analysis.voice`).
+(the share of that total spent waiting for KV memory: `kv_memory` + `kv_behind_load`). Voice turns count a failed or refused turn as 30 s (see `flatshare.analysis.voice`).
 """
 
 from __future__ import annotations
@@ -76,7 +76,9 @@ def wait_parts(voice: list[Any]) -> dict[str, Any]:
     return {
         "voice_wait_parts_mean_s": {p: _round(v) for p, v in parts.items()},
         "voice_wait_total_mean_s": _round(total),
-        "voice_wait_kv_share": _round(parts["kv_memory"] / total) if total > 0 else None,
+        "voice_wait_kv_share": _round((parts["kv_memory"] + parts["kv_behind_load"]) / total)
+        if total > 0
+        else None,
     }
 
 

@@ -146,7 +146,7 @@ class MakeRoomMixin(Scheduler):
             trace["hold_released"] = True
         self._hold_streak = 0 if not hold_on else self._hold_streak
         threshold = self._running_window_threshold() if hold_on else None
-        candidate = state.waiting_candidate(self)
+        candidate = self._candidate(hold_on)
         plan = _Plan(candidate, threshold=threshold)
         if candidate is None or candidate.request_id in self._mispredicted:
             return plan
@@ -170,6 +170,20 @@ class MakeRoomMixin(Scheduler):
             elif choice.victims:
                 self.make_room_stats.preemptions_for_waiting += len(choice.victims)
         return plan
+
+    def _candidate(self, hold_on: bool) -> Request | None:
+        """The waiting request make-room acts for: the one vLLM tries first, or, when a higher-priority one
+        waits behind it and would open a window, that one (the window's hold makes vLLM skip every
+        lower-priority request before it). Found with the CPU tier on: vLLM drains requests holding
+        loaded KV first, so an agent whose load had just finished stood before a voice turn step after
+        step, and make-room, acting only for the agent, did nothing for the turn."""
+        first = state.waiting_candidate(self)
+        if first is None or not hold_on:
+            return first
+        best = state.best_ready(self)
+        if best is not None and best.priority < first.priority and self._opens_window(best):
+            return best
+        return first
 
     def _running_window_threshold(self) -> int | None:
         """The hold threshold of the running requests' open windows (`policy.hold_threshold` over those

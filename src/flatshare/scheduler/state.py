@@ -50,6 +50,20 @@ def waiting_candidate(s: Any) -> Request | None:
     return None
 
 
+def best_ready(s: Any) -> Request | None:
+    """The first ready waiting request, in vLLM's order (`kv_holding_waiting`, then `waiting`), among those of
+    the best (lowest) priority: the request a hold at its priority lets vLLM try first, every lower-priority
+    request before it being held back. None while paused or when nothing is ready."""
+    if s._pause_state != PauseState.UNPAUSED:
+        return None
+    best: Request | None = None
+    for queue in (s.kv_holding_waiting, s.waiting):
+        for request in _in_order(queue):
+            if (best is None or request.priority < best.priority) and _ready(s, request):
+                best = request
+    return best
+
+
 def _in_order(queue: Any) -> Iterator[Request]:
     if not queue:
         return

@@ -198,7 +198,12 @@ class SimEngine:
         self._sample_until(report.end_s)
         self.now = report.end_s
         scheduled = output.num_scheduled_tokens
-        reason = self.waits.not_scheduled_reason(scheduled, len(self.scheduler.running))
+        # A request holding KV that is no longer loading and still waits: vLLM stopped at it this step.
+        holding = any(
+            r.status.name != "WAITING_FOR_REMOTE_KVS"
+            for r in getattr(self.scheduler, "kv_holding_waiting", ())
+        )
+        reason = self.waits.not_scheduled_reason(scheduled, len(self.scheduler.running), holding)
         self._apply(output, model_output, report)
         got_tokens = {request_id for request_id, _ in report.tokens}
         gap = "store_flush" if report.flush_wait_s > 0 else "idle"

@@ -12,6 +12,10 @@ and charges each stretch of that time to one part. The parts add up to the measu
   allocate its KV blocks (free blocks, the watermark, the whole-prompt rule), or the step preempted a
   running request that could not grow (vLLM then admits no waiting request), or the queue's head was
   blocked for one of these reasons.
+- `kv_behind_load`: the same, but vLLM never tried it: requests holding KV blocks (loaded from the CPU
+  tier, waiting for the rest of their blocks: `kv_holding_waiting`) are drained first, and while one of
+  them cannot get its blocks vLLM 0.32 looks at no other waiting request. The first seed's "waiting
+  behind memory the agents had reserved for their loads".
 - `cpu_load`: steps (and idle time) while its KV was loading from the CPU tier (`WAITING_FOR_REMOTE_KVS`).
 - `store_flush`: time between steps when the engine could not start the next step before stores to the
   CPU tier of blocks it reuses had finished (vLLM's offloading connector flushes such stores).
@@ -35,6 +39,7 @@ WAIT_PARTS = (
     "token_budget",
     "seats",
     "kv_memory",
+    "kv_behind_load",
     "cpu_load",
     "store_flush",
     "prefill",
@@ -69,14 +74,15 @@ class WaitLedger:
             self.waits[request_id]["cpu_load" if waiting_load else part] += until_s - since
             self._since[request_id] = until_s
 
-    def not_scheduled_reason(self, scheduled: Mapping[str, int], running: int) -> str:
+    def not_scheduled_reason(self, scheduled: Mapping[str, int], running: int, holding: bool = False) -> str:
         """Why a waiting request was left out of a step that scheduled `scheduled` tokens per request
-        with `running` requests running (read right after `schedule()`, before outputs are applied)."""
+        with `running` requests running, `holding` if vLLM's queue of requests holding KV blocks was
+        still not empty after it (all read right after `schedule()`, before outputs are applied)."""
         if sum(scheduled.values()) >= self.max_num_batched_tokens:
             return "token_budget"
         if running >= self.max_num_seqs:
             return "seats"
-        return "kv_memory"
+        return "kv_behind_load" if holding else "kv_memory"
 
     def step(
         self,
@@ -101,6 +107,8 @@ class WaitLedger:
                     part = "prefill"
                 elif _loading(request):
                     part = "cpu_load"
+                elif reason == "kv_behind_load" and request is not None and _holds_kv(request):
+                    part = "kv_memory"  # it is the one holding loaded KV and waiting for the rest
                 else:
                     part = reason
                 self.waits[request_id][part] += end_s - since
@@ -113,3 +121,8 @@ def _loading(request: Any) -> bool:
     """Whether vLLM parks this request while its KV loads (`RequestStatus.WAITING_FOR_REMOTE_KVS`); read by
     name so that analysis can import this module without importing vLLM."""
     return request is not None and request.status.name == "WAITING_FOR_REMOTE_KVS"
+
+
+def _holds_kv(request: Any) -> bool:
+    """Whether a waiting request already holds KV blocks (loaded, or kept while preempted)."""
+    return request.num_computed_tokens > 0
