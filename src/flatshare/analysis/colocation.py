@@ -17,7 +17,8 @@ least n long), `seed_comparison` (the first seed's table beside these figures: `
 `voice_wait_parts_mean_s` (mean seconds of each turn's time before its first token by part,
 `flatshare.sim.waits.WAIT_PARTS`, over turns with a first token and a ledger; the parts add up to
 `voice_wait_total_mean_s`, the mean time to first token of the same turns) and `voice_wait_kv_share`
-(the share of that total spent waiting for KV memory: `kv_memory` + `kv_behind_load`). Voice turns count a failed or refused turn as 30 s (see `flatshare.analysis.voice`).
+(the share of that total spent waiting for KV memory: `kv_memory` + `kv_behind_load`). `build_report` adds
+`setup` (the runs' `flatshare.experiments.setup.Setup`, when they share one; else null). Voice turns count a failed or refused turn as 30 s (see `flatshare.analysis.voice`).
 """
 
 from __future__ import annotations

@@ -24,16 +24,16 @@ def experiment_colocation(
         int | None, typer.Option(help="Engine max model length; agent contexts compact there [seed: 16384].")
     ] = None,
     cpu_tier_tokens: Annotated[
-        int | None, typer.Option(help="vLLM's CPU KV tier in tokens, 0 for off [seed preset's].")
+        int | None, typer.Option(help="vLLM's CPU KV tier in tokens, 0 for off [seed preset: 65536].")
     ] = None,
     admission: Annotated[
         str | None,
         typer.Option(
-            help="vLLM's admission rule: full-prompt (0.32's default) or first-chunk [full-prompt]."
+            help="vLLM's admission rule: full-prompt (0.32's default) or first-chunk [seed preset: first-chunk]."
         ),
     ] = None,
     api_latency: Annotated[
-        float | None, typer.Option(help="API server pass, seconds [seed preset's].")
+        float | None, typer.Option(help="API server pass in seconds [seed preset: 0.06].")
     ] = None,
     agent_source: Annotated[
         str | None, typer.Option(help="Agents: synthetic (from the WEKA sample) or weka (its sessions).")
