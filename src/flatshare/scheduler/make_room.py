@@ -178,11 +178,12 @@ class MakeRoomMixin(Scheduler):
         loaded KV first, so an agent whose load had just finished stood before a voice turn step after
         step, and make-room, acting only for the agent, did nothing for the turn."""
         first = state.waiting_candidate(self)
-        if first is None or not hold_on:
-            return first
-        best = state.best_ready(self)
-        if best is not None and best.priority < first.priority and self._opens_window(best):
-            return best
+        if first is None or not hold_on or not self.kv_holding_waiting:
+            return first  # no request holds KV: `first` is the best-priority ready one of `waiting`
+        # Under the priority policy, the first ready request of `waiting` is its best-priority one.
+        behind = state.first_ready(self, self.waiting)
+        if behind is not None and behind.priority < first.priority and self._opens_window(behind):
+            return behind
         return first
 
     def _running_window_threshold(self) -> int | None:

@@ -43,25 +43,16 @@ def waiting_candidate(s: Any) -> Request | None:
         head = s.waiting.peek_request()
         if _ready(s, head):
             return head
-    for queue in (holding, s.waiting):
-        for request in _in_order(queue):
-            if _ready(s, request):
-                return request
+    first = first_ready(s, holding)
+    return first if first is not None else first_ready(s, s.waiting)
+
+
+def first_ready(s: Any, queue: Any) -> Request | None:
+    """The first request of `queue`, in its policy's order, that vLLM's waiting loop would not skip."""
+    for request in _in_order(queue):
+        if _ready(s, request):
+            return request
     return None
-
-
-def best_ready(s: Any) -> Request | None:
-    """The first ready waiting request, in vLLM's order (`kv_holding_waiting`, then `waiting`), among those of
-    the best (lowest) priority: the request a hold at its priority lets vLLM try first, every lower-priority
-    request before it being held back. None while paused or when nothing is ready."""
-    if s._pause_state != PauseState.UNPAUSED:
-        return None
-    best: Request | None = None
-    for queue in (s.kv_holding_waiting, s.waiting):
-        for request in _in_order(queue):
-            if (best is None or request.priority < best.priority) and _ready(s, request):
-                best = request
-    return best
 
 
 def _in_order(queue: Any) -> Iterator[Request]:
