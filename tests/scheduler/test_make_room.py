@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -406,8 +407,7 @@ def test_a_turn_behind_an_agent_whose_load_just_finished_is_acted_for() -> None:
     condition = next(c for c in MAIN_CONDITIONS if c.key == "make-room-t48")
     plan = ColocationPlan(callers=(2,), seeds=1, duration_s=600.0, setup=SEED)
     config = engine_config(condition, SEED)
-    profile = load_profile()
-    profile = type(profile)(**{**vars(profile), "api_latency_s": SEED.api_latency_s})
+    profile = dataclasses.replace(load_profile(), api_latency_s=SEED.api_latency_s)
     workload = parse_spec(workload_spec(2, plan), seed=4, max_model_len=config.max_model_len)
     engine = SimEngine(config, profile)
     run = run_virtual(workload, [engine], until_s=92.0, stop_s=100.0)

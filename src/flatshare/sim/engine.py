@@ -195,8 +195,7 @@ class SimEngine:
 
     def _complete(self, output: SchedulerOutput, model_output: ModelRunnerOutput, report: StepReport) -> None:
         """The step has executed: move the clock to its end and feed its outputs back."""
-        self._sample_until(report.end_s)
-        self.now = report.end_s
+        self._move_clock(report.end_s)
         scheduled = output.num_scheduled_tokens
         # A request holding KV that is no longer loading and still waits: vLLM stopped at it this step.
         holding = any(
@@ -304,8 +303,7 @@ class SimEngine:
 
     def _idle_until(self, t: float) -> StepReport:
         start = self.now
-        self._sample_until(t)
-        self.now = max(self.now, t)
+        self._move_clock(t)
         self.waits.gap(self.now, "idle", self.scheduler)
         return StepReport(start, self.now)
 

@@ -10,8 +10,7 @@ cites where each coefficient comes from. The cost of a step is
 
 Steps run one after another (no overlap), as in vLLM without async scheduling. Transfers to and from
 the CPU KV tier take `kv_bytes_per_token / cpu_load_bytes_per_s` a token on their own links beside the
-steps (`flatshare.sim.offload_worker`); `step_time`'s `loaded_tokens` prices a synchronous load for
-callers that want one.
+steps (`flatshare.sim.offload_worker`), priced by `load_time`.
 
 `api_latency_s` (default 0) is the serving front end's share: one pass through vLLM's API server per
 request (HTTP, request processing, inter-process hops, output processing) that no engine step covers.
@@ -79,8 +78,8 @@ class StepTimeProfile:
                 "must be > 0"
             )
 
-    def step_time(self, work: Iterable[ScheduledWork], loaded_tokens: int = 0) -> float:
-        """Virtual seconds one step takes for the given scheduled work and CPU-tier loads."""
+    def step_time(self, work: Iterable[ScheduledWork]) -> float:
+        """Virtual seconds one step takes for the given scheduled work."""
         total = self.step_fixed_s
         for item in work:
             if item.is_decode:
@@ -88,7 +87,7 @@ class StepTimeProfile:
             else:
                 pairs = item.tokens * (item.context + item.tokens / 2)
                 total += self.prefill_token_s * item.tokens + self.prefill_attn_pair_s * pairs
-        return total + self.load_time(loaded_tokens)
+        return total
 
     def load_time(self, tokens: int) -> float:
         """Seconds to bring `tokens` tokens of KV from the CPU tier to the GPU."""
