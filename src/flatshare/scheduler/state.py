@@ -191,7 +191,8 @@ def _load_reservations(s: Any, request: Request) -> tuple[tuple[str, int], ...]:
     reserved = [
         (r.request_id, s._request_remaining_blocks(r)) for r in s._inflight_prefills if r is not request
     ]
-    spec = int(getattr(s, "_spec_decode_step_blocks", 0))
+    spec_blocks = getattr(s, "_spec_decode_step_blocks", 0)  # a method in vLLM 0.31, an attribute in 0.32
+    spec = int(spec_blocks() if callable(spec_blocks) else spec_blocks)
     return (*reserved, *((("<spec-decode>", spec),) if spec else ()))
 
 

@@ -60,7 +60,6 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
     KVConnectorWorkerMetadata,
 )
-from vllm.v1.metrics.cache_hit_source import CacheHitSource
 from vllm.v1.outputs import KVConnectorOutput
 from vllm.v1.request import RequestStatus
 
@@ -131,10 +130,17 @@ class _RequestState:
     finished_signaled: bool = False
 
 
+def _host_hit_source() -> Any:
+    """vLLM's label for prefix hits served from host memory (its metrics); None before vLLM 0.32."""
+    try:
+        from vllm.v1.metrics.cache_hit_source import CacheHitSource
+    except ImportError:
+        return None
+    return CacheHitSource.HOST
+
+
 class SimCpuTierConnector(KVConnectorBase_V1):
     """Scheduler-side connector over a `CpuKvTier`; the worker side is `SimOffloadWorker`."""
-
-    _cache_hit_source = CacheHitSource.HOST
 
     def __init__(
         self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig
@@ -353,3 +359,8 @@ class SimCpuTierConnector(KVConnectorBase_V1):
 
     def wait_for_save(self) -> None:
         raise NotImplementedError("simulated connector: the engine plays the worker")
+
+
+_HOST_HIT_SOURCE = _host_hit_source()
+if _HOST_HIT_SOURCE is not None:
+    SimCpuTierConnector._cache_hit_source = _HOST_HIT_SOURCE
