@@ -2,7 +2,7 @@
 per second it sustains, against going direct to the same backend, side by side in one run. If the Rust
 `vllm-router` (PyPI) imports (or `--vllm-router-path DIR` holds it), it is measured as a peer.
 
-Backend: `python -m flatshare.gateway.canned`, a canned vLLM spending microseconds per request, so the
+Backend: `benchmarks/canned_vllm.py`, a canned vLLM spending microseconds per request, so the
 numbers show the proxy, not a model (serve-sim would add its scheduler steps and jitter to both sides).
 Client: raw asyncio HTTP/1.1 on keep-alive connections. Gateways run with the default config (threshold
 policy, audit log on, /metrics polled every 100 ms), once per upstream client. Backend, gateways, router
@@ -235,11 +235,12 @@ def run(args: argparse.Namespace) -> dict[str, Row]:
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     backend, router = free_port(), free_port()
     url = f"http://127.0.0.1:{backend}"
-    canned = f"-m flatshare.gateway.canned --port {backend} --tokens {args.tokens} --interval-ms {args.interval_ms}"
+    canned = [str(Path(__file__).with_name("canned_vllm.py")), "--port", str(backend)]
+    canned += ["--tokens", str(args.tokens), "--interval-ms", str(args.interval_ms)]
     env = router_env(args.vllm_router_path)
     ports, pids = {"direct": backend}, {}
     with contextlib.ExitStack() as stack:
-        pids["direct"] = stack.enter_context(process([sys.executable, *canned.split()], backend, "/health"))
+        pids["direct"] = stack.enter_context(process([sys.executable, *canned], backend, "/health"))
         for client in args.upstream_clients.split(","):
             name, port = f"gateway ({client})", free_port()
             config, audit = workdir / f"gateway-{client}.toml", workdir / f"audit-{client}.jsonl"

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flatshare.cli import app
+from flatshare.replay.records import schema_problems
 
 runner = CliRunner()
 
@@ -66,9 +67,10 @@ def test_sim_writes_records_samples_and_summary_byte_identically(tmp_path: Path)
     records = [json.loads(line) for line in outputs[0]["requests.jsonl"].splitlines()]
     assert {r["id"] for r in records} == {"a", "b", "v"}
     for record in records:
-        assert record["status"] == "finished"
+        assert schema_problems(record) == [], record["id"]
+        assert record["status"] == "ok" and record["engine"] == "sim0"
         assert len(record["token_times_s"]) == record["max_tokens"]
-        assert record["ttft_s"] > 0 and record["finish_s"] >= record["arrival_s"]
+        assert record["first_token_s"] > record["send_s"] and record["end_s"] >= record["send_s"]
     summary = json.loads(outputs[0]["summary.json"])
     assert summary["classes"]["voice"]["requests"] == 1
 

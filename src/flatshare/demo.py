@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from flatshare.sim.config import EngineConfig, fitting_model_len
+from flatshare import enginelog
+from flatshare.sim.config import DEFAULT_ENGINE, EngineConfig, fitting_model_len
 from flatshare.sim.engine import SimEngine
 from flatshare.sim.output import write_result
-from flatshare.sim.profile import StepTimeProfile
+from flatshare.sim.profile import DEFAULT_PROFILE, StepTimeProfile, load_profile
 from flatshare.sim.requests import SimRequest
 from flatshare.sim.tokens import TokenStreams
 
@@ -37,6 +38,14 @@ class DemoRow:
     preemptions: int
 
 
+_MAKE_ROOM: dict[str, object] = {"make_room": {"enabled": True, "window_tokens": 48}}
+CASES = (
+    DemoCase("roomy-cache-vllm", 40960, "vllm", {}),
+    DemoCase("full-cache-vllm", 32400, "vllm", {}),
+    DemoCase("full-cache-make-room", 32400, "make-room", _MAKE_ROOM),
+)
+
+
 def demo_requests(seed: int = 0) -> list[SimRequest]:
     streams = TokenStreams(seed)
     agents = [
@@ -50,7 +59,7 @@ def demo_requests(seed: int = 0) -> list[SimRequest]:
 def run_case(case: DemoCase, profile: StepTimeProfile, out: Path, seed: int = 0) -> DemoRow:
     config = EngineConfig(
         kv_tokens=case.kv_tokens,
-        max_model_len=fitting_model_len(case.kv_tokens, 16),
+        max_model_len=fitting_model_len(case.kv_tokens, DEFAULT_ENGINE.block_size),
         scheduler=case.scheduler,
         additional_config=case.additional_config,
     )
@@ -61,3 +70,12 @@ def run_case(case: DemoCase, profile: StepTimeProfile, out: Path, seed: int = 0)
     return DemoRow(
         case.key, voice.ttft_s or 0.0, (voice.finish_s or 0.0) - voice.arrival_s, kv, result.preemptions
     )
+
+
+def run_demo(out: Path, profile: str = "") -> tuple[StepTimeProfile, list[DemoRow]]:
+    """Run every case of `CASES` with `profile` (a shipped name or a JSON file; "" the default) and
+    write `out`/<case>/ and `out`/engine.log. InputError on a bad profile."""
+    step_profile = load_profile(profile or DEFAULT_PROFILE)
+    rows = [run_case(case, step_profile, out) for case in CASES]
+    enginelog.log_to(out)
+    return step_profile, rows

@@ -4,15 +4,9 @@ then end to end over two serve-sim processes behind a real gateway, all on 127.0
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +16,13 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from flatshare.admission.command import EndpointOptions, experiment_admission, synthetic_for_endpoint
+from flatshare.admission.command import EndpointOptions, experiment_admission_endpoint, synthetic_for_endpoint
 from flatshare.admission.plan import SyntheticPlan, endpoint_thresholds
 from flatshare.errors import InputError
 from flatshare.gateway.app import build_gateway
 from flatshare.gateway.config import BackendConfig, GatewayConfig, PollConfig, TokenConfig
 from flatshare.replay.records import read_records
-from flatshare.serve.background import BackgroundServer
+from kit.net import ThreadServer, serve_sim_processes
 
 TOKEN = "admission-test-token-0123"
 POLL = PollConfig(interval_s=0.05, timeout_s=0.3, stale_after_s=0.5, unhealthy_after_failures=2)
@@ -46,7 +40,7 @@ def _config(urls: list[str], **changes: Any) -> GatewayConfig:
 
 @contextmanager
 def gateway(urls: list[str], **changes: Any) -> Iterator[str]:
-    with BackgroundServer(build_gateway(_config(urls, **changes)).app) as server:
+    with ThreadServer(build_gateway(_config(urls, **changes)).app) as server:
         yield server.url
 
 
@@ -54,9 +48,7 @@ NOWHERE = ["http://127.0.0.1:9", "http://127.0.0.1:11"]  # nothing listens: back
 
 
 def _run(url: str, out: Path, token: str = TOKEN, **options: Any) -> dict[str, Any]:
-    return experiment_admission(
-        out, endpoint=url, seeds=1, endpoint_options=EndpointOptions(token, **options)
-    )
+    return experiment_admission_endpoint(out, url, EndpointOptions(token, **options), seeds=1)
 
 
 def test_a_url_that_is_no_gateway_is_refused(tmp_path: Path) -> None:
@@ -64,7 +56,7 @@ def test_a_url_that_is_no_gateway_is_refused(tmp_path: Path) -> None:
         _run("http://127.0.0.1:9", tmp_path)
     plain = Starlette(routes=[Route("/v1/models", lambda r: JSONResponse({"data": [{"id": "m"}]}))])
     with (
-        BackgroundServer(plain) as server,
+        ThreadServer(plain) as server,
         pytest.raises(InputError, match=r"GET /gateway/backends answered 404; is it a flatshare gateway"),
     ):
         _run(server.url, tmp_path)
@@ -102,13 +94,7 @@ def test_sizes_are_checked(changes: dict[str, Any], message: str) -> None:
         synthetic_for_endpoint(SyntheticPlan(), EndpointOptions(**changes), 2, 20_000)
 
 
-def test_options_belong_to_their_mode(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="--model, --long-tokens: only with --endpoint"):
-        experiment_admission(
-            tmp_path, quick=True, endpoint_options=EndpointOptions(long_tokens=9000, model="m")
-        )
-    with pytest.raises(InputError, match="--engines: with --endpoint"):
-        experiment_admission(tmp_path, endpoint="http://127.0.0.1:9", engines="2,4")
+def test_endpoint_sizes_fit_the_gateway() -> None:
     fits = synthetic_for_endpoint(
         SyntheticPlan(), EndpointOptions(long_tokens=12_000, short_prompt="50,80"), 3, None
     )
@@ -119,48 +105,11 @@ def test_options_belong_to_their_mode(tmp_path: Path) -> None:
 
 
 # -- end to end ----------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
 @contextmanager
 def serve_sims(count: int, *args: str) -> Iterator[list[str]]:
-    """`count` `flatshare serve-sim` processes on free loopback ports; stopped by pid at the end."""
-    procs: list[tuple[subprocess.Popen[bytes], str, Any]] = []
-    with ExitStack() as logs:
-        try:
-            for _ in range(count):
-                port = _free_port()
-                log = logs.enter_context(tempfile.TemporaryFile())
-                cmd = [sys.executable, "-m", "flatshare.cli", "serve-sim", "--port", str(port), *args]
-                proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
-                procs.append((proc, f"http://127.0.0.1:{port}", log))
-            deadline = time.monotonic() + 120
-            for proc, url, log in procs:
-                while not _healthy(url):
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        log.seek(0)
-                        raise AssertionError(f"serve-sim did not come up: {log.read().decode()[-2000:]}")
-                    time.sleep(0.3)
-            yield [url for _, url, _ in procs]
-        finally:
-            for proc, _, _ in procs:
-                if proc.poll() is None:
-                    os.kill(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.kill(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
+    """`count` `flatshare serve-sim` processes on free loopback ports; yields their URLs."""
+    with serve_sim_processes(count, *args) as procs:
+        yield [sim.url for sim in procs]
 
 
 SIZES: dict[str, Any] = {
@@ -179,9 +128,7 @@ def test_endpoint_mode_end_to_end(tmp_path: Path) -> None:
     with serve_sims(2, *sim_args) as sims, gateway(sims, admin_token=TOKEN) as url:
         before = httpx.get(f"{url}/gateway/routing").json()
         start = time.monotonic()
-        summary = experiment_admission(
-            tmp_path, endpoint=url, seeds=2, endpoint_options=EndpointOptions(TOKEN, **SIZES)
-        )
+        summary = experiment_admission_endpoint(tmp_path, url, EndpointOptions(TOKEN, **SIZES), seeds=2)
         wall_s = time.monotonic() - start
         after = httpx.get(f"{url}/gateway/routing").json()
     print(f"endpoint experiment: {wall_s:.1f} s")

@@ -100,7 +100,7 @@ def test_options_map_onto_the_plan(traces_dir: Path) -> None:
         ({"engines": "1,2"}, "at least 2 engines"),
         ({"engines": "two"}, "comma-separated integers"),
         ({"traces": Path("/no/such/traces")}, "is not a folder"),
-        ({"endpoint": "http://127.0.0.1:9"}, "cannot reach it"),
+        ({"executor": "threads"}, "--executor must be one of local, ray"),
     ],
 )
 def test_bad_options_are_clear_errors(

@@ -19,6 +19,7 @@ from flatshare.gateway.calibrate import (
     nearest_rank,
 )
 from flatshare.gateway.configfile import load_config
+from flatshare.replay.records import ReplayRecord
 
 
 def run_samples(seed: int, n: int = 1000) -> list[CalibrationSample]:
@@ -91,12 +92,36 @@ def _jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
     return path
 
 
+def record(rid: str, send_s: float, prompt_tokens: int) -> dict[str, object]:
+    """A request record of the current format (one token, done at once)."""
+    return ReplayRecord(
+        rid, rid, "chat", 0, prompt_tokens, 1, "sim0", send_s, token_times_s=[send_s], end_s=send_s
+    ).to_json()
+
+
+def test_old_records_are_refused_naming_the_field_and_the_converter(tmp_path: Path) -> None:
+    sim_v1 = {"id": "r0", "arrival_s": 0.0, "prompt_tokens": 100, "finish_s": 1.0, "status": "finished"}
+    replay_v1 = {**record("r0", 0.0, 100), "version": 1}
+    for name, row, field in (("sim", sim_v1, "arrival_s"), ("replay", replay_v1, "version")):
+        path = _jsonl(tmp_path / f"{name}.jsonl", [row])
+        with pytest.raises(
+            InputError, match=rf"{name}.jsonl:1: field '{field}': .*flatshare records upgrade"
+        ):
+            load_samples([path])
+        folder = tmp_path / name
+        folder.mkdir()
+        path.rename(folder / "requests.jsonl")
+        _jsonl(folder / "samples.jsonl", [])
+        with pytest.raises(
+            InputError, match=rf"requests.jsonl:1: field '{field}': .*flatshare records upgrade"
+        ):
+            load_samples([folder])
+
+
 def test_loaders_read_simulator_runs_and_audit_logs(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
-    _jsonl(
-        run / "requests.jsonl", [{"id": f"r{i}", "arrival_s": i, "prompt_tokens": 100 * i} for i in range(10)]
-    )
+    _jsonl(run / "requests.jsonl", [record(f"r{i}", i, 100 * i) for i in range(10)])
     _jsonl(run / "samples.jsonl", [{"t": i * 0.5, "kv_usage": 0.1, "running": 1} for i in range(20)])
     samples = load_samples([run])
     assert sum(s.input_tokens is not None for s in samples) == 10
@@ -118,9 +143,7 @@ def test_loaders_read_simulator_runs_and_audit_logs(tmp_path: Path) -> None:
     )
     from_audit = load_samples([audit])
     assert [(s.input_tokens, s.kv_usage) for s in from_audit] == [(50, None), (None, 0.3)] * 2
-    replay = _jsonl(
-        tmp_path / "replay.jsonl", [{"version": 1, "id": "v/0/0", "send_s": 2.5, "prompt_tokens": 640}]
-    )
+    replay = _jsonl(tmp_path / "replay.jsonl", [record("v/0/0", 2.5, 640)])
     assert load_samples([replay]) == [CalibrationSample(2.5, input_tokens=640)]
     bad = _jsonl(tmp_path / "bad.jsonl", [{"hello": 1}])
     with pytest.raises(InputError, match=r"bad.jsonl:1: not an audit line"):
@@ -128,7 +151,7 @@ def test_loaders_read_simulator_runs_and_audit_logs(tmp_path: Path) -> None:
 
 
 def test_calibrate_command_prints_and_saves(tmp_path: Path) -> None:
-    rows = [{"id": f"r{i}", "arrival_s": i, "prompt_tokens": 1000 + 10 * i} for i in range(100)]
+    rows = [record(f"r{i}", i, 1000 + 10 * i) for i in range(100)]
     requests = _jsonl(tmp_path / "requests.jsonl", rows)
     samples = _jsonl(tmp_path / "samples.jsonl", [{"t": i, "kv_usage": i / 100} for i in range(100)])
     config = tmp_path / "gw.toml"

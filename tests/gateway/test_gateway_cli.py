@@ -14,7 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gatewaykit import FakeState, ThreadServer, fake_backend_app, free_port
+
+from kit.fake_vllm import FakeState, fake_backend_app
+from kit.net import ThreadServer, free_port, process_exit, wait_healthy
 
 GATEWAY = [sys.executable, "-m", "flatshare.gateway", "gateway"]
 
@@ -37,16 +39,7 @@ def test_bad_settings_exit_2_with_one_line(tmp_path: Path) -> None:
 
 
 def wait_listening(url: str, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()[0]
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("the gateway did not come up")
+    wait_healthy(url, 30, process_exit(proc), interval_s=0.1)
 
 
 def test_sigterm_drains_in_flight_streams(backend: tuple[FakeState, str], tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from flatshare.errors import InputError
-from flatshare.gateway.cli import backend_entry
+from flatshare.gateway.command import backend_entry
 from flatshare.gateway.config import GatewayConfig, ThresholdConfig
 from flatshare.gateway.configfile import load_config, save_thresholds
 

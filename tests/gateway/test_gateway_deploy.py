@@ -10,15 +10,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gatewaykit import (
-    FakeState,
-    ThreadServer,
-    fake_backend_app,
-    gateway_config,
-    running_gateway,
-    sim_backends,
-)
+from gatewaykit import gateway_config, running_gateway, sim_backends
 from prometheus_client.parser import text_string_to_metric_families
+
+from kit.fake_vllm import FakeState, fake_backend_app
+from kit.net import ThreadServer
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "flatshare-gateway.json"

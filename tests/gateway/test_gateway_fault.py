@@ -13,15 +13,9 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from gatewaykit import (
-    backend_rows,
-    gateway_config,
-    running_gateway,
-    scrape,
-    serve_sim_processes,
-    sim_backends,
-    wait_for,
-)
+from gatewaykit import backend_rows, gateway_config, running_gateway, scrape, sim_backends
+
+from kit.net import serve_sim_processes, wait_for
 
 pytestmark = pytest.mark.vllm
 

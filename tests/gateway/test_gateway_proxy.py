@@ -12,20 +12,12 @@ from typing import Any
 
 import httpx
 import pytest
-from gatewaykit import (
-    FakeState,
-    ThreadServer,
-    backend_rows,
-    fake_backend_app,
-    gateway_config,
-    read_events,
-    running_gateway,
-    scrape,
-    wait_for,
-)
+from gatewaykit import backend_rows, gateway_config, read_events, running_gateway, scrape
 
 from flatshare.gateway.app import Gateway
 from flatshare.gateway.config import PollConfig, TenantConfig, ThresholdConfig
+from kit.fake_vllm import FakeState, fake_backend_app
+from kit.net import ThreadServer, wait_for
 
 
 @dataclass

@@ -11,21 +11,15 @@ from typing import Any
 
 import httpx
 import pytest
-from gatewaykit import (
-    FakeState,
-    ThreadServer,
-    fake_backend_app,
-    gateway_config,
-    running_gateway,
-    scrape,
-    wait_for,
-)
+from gatewaykit import gateway_config, running_gateway, scrape
 
 from flatshare.errors import InputError
 from flatshare.gateway.calibrate import samples_from_row
 from flatshare.gateway.config import ThresholdConfig
 from flatshare.gateway.configfile import load_config
 from flatshare.gateway.switch import RoutingConfig, apply_change
+from kit.fake_vllm import FakeState, fake_backend_app
+from kit.net import ThreadServer, wait_for
 
 TOKEN = "test-admin-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from flatshare.gateway.scrape import ScrapeError, filter_lines, parse_metrics
+from flatshare.gateway.scrape import WANTED, ScrapeError, parse_metrics
 from flatshare.gateway.sse import DONE, EventFramer, carries_token
+from flatshare.protocol.metrics import select_lines
 
 VLLM_PAGE = """\
 # HELP python_gc_objects_collected_total Objects collected during gc
@@ -49,7 +50,7 @@ def test_reads_what_a_router_needs_across_engines() -> None:
 
 
 def test_filter_keeps_only_the_wanted_families() -> None:
-    kept = filter_lines(VLLM_PAGE)
+    kept = select_lines(VLLM_PAGE, WANTED)
     assert "python_gc" not in kept and "time_to_first_token" not in kept
     assert kept.count("vllm:kv_cache_usage_perc{") == 2
 

@@ -9,17 +9,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gatewaykit import (
-    backend_rows,
-    gateway_config,
-    read_events,
-    running_gateway,
-    scrape,
-    sim_backends,
-    wait_for,
-)
+from gatewaykit import backend_rows, gateway_config, read_events, running_gateway, scrape, sim_backends
 
 from flatshare.gateway.config import ThresholdConfig, TokenConfig
+from kit.net import wait_for
 
 pytestmark = pytest.mark.vllm
 

@@ -8,9 +8,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from gatewaykit import FakeState, ThreadServer, fake_backend_app, free_port, wait_for
 
 from flatshare.gateway.upstream import Upstream, UpstreamError, make_upstream, resolve_client
+from kit.fake_vllm import FakeState, fake_backend_app
+from kit.net import ThreadServer, free_port, wait_for
 
 CLIENTS = ["native", "httpx"]
 BODY = json.dumps({"prompt": "hi", "stream": True}).encode()

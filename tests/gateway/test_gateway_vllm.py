@@ -15,22 +15,15 @@ from typing import Any
 
 import httpx
 import pytest
-from gatewaykit import (
-    FakeState,
-    ThreadServer,
-    backend_rows,
-    fake_backend_app,
-    gateway_config,
-    read_events,
-    running_gateway,
-    wait_for,
-)
+from gatewaykit import backend_rows, gateway_config, read_events, running_gateway
 
 from flatshare.gateway.config import PollConfig, ThresholdConfig, TokenConfig
 from flatshare.gateway.policies import first, threshold
 from flatshare.gateway.routing import BackendSnapshot, RequestFeatures, Thresholds
 from flatshare.testing.tiny_model import make_tiny_model
 from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
+from kit.fake_vllm import FakeState, fake_backend_app
+from kit.net import ThreadServer, wait_for
 
 pytestmark = pytest.mark.server
 

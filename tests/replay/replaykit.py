@@ -1,28 +1,16 @@
-"""Helpers for replay tests: small hand-built workloads, a fake streaming server behind an httpx mock
-transport (no network, exact timing), and a record-file check."""
+"""Helpers for replay tests: small hand-built workloads, a capturing ASGI middleware and a record-file
+check. The fake streaming server behind an httpx mock transport is `kit.fake_vllm.FakeServer`."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from flatshare.replay.records import ReplayRecord, schema_problems
 from flatshare.workloads.model import Session, Workload, WorkloadRequest
 from flatshare.workloads.tokens import unique_span
-
-METRICS_TEXT = (
-    "# HELP vllm:kv_cache_usage_perc KV-cache usage.\n"
-    'vllm:kv_cache_usage_perc{engine="0",model_name="fake"} 0.25\n'
-    'vllm:num_requests_running{engine="0",model_name="fake"} 2.0\n'
-    'vllm:num_requests_waiting{engine="0",model_name="fake"} 1.0\n'
-    'vllm:num_preemptions_total{engine="0",model_name="fake"} 3.0\n'
-)
 
 
 def session(
@@ -58,64 +46,6 @@ def session(
 
 def workload(*sessions: Session) -> Workload:
     return Workload("test", tuple(sessions))
-
-
-@dataclass
-class FakeServer:
-    """A vLLM-like streaming server for `httpx.MockTransport`: after `ttft_s`, one chunk per token every
-    `itl_s` with continuous usage, the finish reason on the last, a usage chunk, then `[DONE]`.
-
-    `cut_after`: stop the stream after that many tokens, without `[DONE]`. `status`: answer every
-    completion with this HTTP error instead. `bodies`: request id -> decoded body, as received."""
-
-    ttft_s: float = 0.02
-    itl_s: float = 0.005
-    cut_after: int | None = None
-    status: int = 200
-    bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
-    headers: dict[str, dict[str, str]] = field(default_factory=dict)
-    in_flight: int = 0
-    max_in_flight: int = 0
-    hosts: list[str] = field(default_factory=list)
-
-    def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self.handle)
-
-    async def handle(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/metrics":
-            return httpx.Response(200, text=METRICS_TEXT)
-        if request.url.path == "/v1/models":
-            return httpx.Response(200, json={"data": [{"id": "fake", "max_model_len": 2048}]})
-        body = json.loads(request.content)
-        request_id = request.headers["x-request-id"]
-        self.bodies[request_id] = body
-        self.headers[request_id] = dict(request.headers)
-        self.hosts.append(request.url.netloc.decode())
-        if self.status != 200:
-            error = {"error": {"message": "no room", "type": "X", "param": None, "code": self.status}}
-            return httpx.Response(self.status, json=error)
-        return httpx.Response(200, content=self._stream(body["max_tokens"]))
-
-    async def _stream(self, n: int) -> AsyncIterator[bytes]:
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
-            await asyncio.sleep(self.ttft_s)
-            for k in range(1, n + 1):
-                if self.cut_after is not None and k > self.cut_after:
-                    return
-                choice = {"index": 0, "text": f" w{k}", "finish_reason": "length" if k == n else None}
-                yield sse({"choices": [choice], "usage": {"completion_tokens": k}})
-                if k < n:
-                    await asyncio.sleep(self.itl_s)
-            yield sse({"choices": [], "usage": {"completion_tokens": n}})
-            yield b"data: [DONE]\n\n"
-        finally:
-            self.in_flight -= 1
-
-
-def sse(data: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(data).encode() + b"\n\n"
 
 
 def checked_records(path: Path) -> list[dict[str, Any]]:

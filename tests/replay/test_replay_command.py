@@ -13,6 +13,7 @@ from replaykit import checked_records
 
 from flatshare.errors import InputError
 from flatshare.replay.command import replay_command
+from flatshare.replay.records import RECORD_VERSION
 from flatshare.testing.vllm_server import free_port
 from flatshare.workloads.spec import parse_spec
 
@@ -58,7 +59,7 @@ def test_an_endpoint_with_nothing_listening_fails_every_request_and_loses_none(t
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["endpoints"][0]["error"] and run["endpoints"][0]["model"] is None
     assert run["statuses"] == {"failed": len(expected)} and summary.run == run
-    assert run["driver"] == "wallclock" and run["record_version"] == 1 and not run["interrupted"]
+    assert run["driver"] == "wallclock" and run["record_version"] == RECORD_VERSION and not run["interrupted"]
     assert (tmp_path / "samples.jsonl").read_text() == ""
 
 

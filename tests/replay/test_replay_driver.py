@@ -8,14 +8,15 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from replaykit import FakeServer, by_id, session, workload
+from replaykit import by_id, session, workload
 
-from flatshare.replay.body import STREAM_OPTIONS
+from flatshare.protocol.sse import STREAM_OPTIONS
 from flatshare.replay.endpoints import Endpoint, sticky_index
 from flatshare.replay.ledger import NEVER_SENT, Ledger
 from flatshare.replay.records import schema_problems
 from flatshare.replay.wallclock import CUT, INTERRUPTED, WallClockOptions, run_wallclock
 from flatshare.workloads.model import Workload
+from kit.fake_vllm import FakeServer
 
 SLACK_S = 0.1  # how late a timer may fire on this shared 2-core machine (well under any pause here)
 EARLY_S = 0.001  # how early (the event loop's clock resolution, rounding)

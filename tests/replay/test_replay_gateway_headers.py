@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-from replaykit import FakeServer, session, workload
+from replaykit import session, workload
 
 from flatshare.replay.endpoints import Endpoint
 from flatshare.replay.ledger import Ledger
 from flatshare.replay.records import schema_problems
 from flatshare.replay.wallclock import WallClockOptions, run_wallclock
+from kit.fake_vllm import FakeServer
 
 GATEWAY = Endpoint("http://gw:8080", "fake")
 

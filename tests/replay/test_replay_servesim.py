@@ -19,19 +19,20 @@ from typing import Any
 import pytest
 from replaykit import Capture, checked_records, session, workload
 
-from flatshare.replay.command import EngineOptions, replay_command
+from flatshare.replay.command import replay_command
 from flatshare.replay.endpoints import Endpoint, sticky_index
 from flatshare.replay.ledger import Ledger
 from flatshare.replay.rundir import read_samples
 from flatshare.replay.virtual import sticky_route
 from flatshare.replay.wallclock import INTERRUPTED, run_wallclock
-from flatshare.serve.background import BackgroundServer
 from flatshare.serve.server import build_sim_app
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.engine import SimEngine
+from flatshare.sim.options import EngineOptions
 from flatshare.sim.profile import load_profile
 from flatshare.sim.requests import SimRequest
 from flatshare.workloads.spec import parse_spec
+from kit.net import ThreadServer
 
 pytestmark = pytest.mark.vllm
 
@@ -46,7 +47,7 @@ def _sim_app() -> Any:
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, Capture]]:
     capture = Capture(_sim_app())
-    with BackgroundServer(capture) as background:
+    with ThreadServer(capture) as background:
         yield background.url, capture
 
 
@@ -122,7 +123,7 @@ def test_sticky_index_is_the_virtual_drivers_rule() -> None:
 def test_a_server_stopped_mid_run_fails_its_requests_and_loses_none() -> None:
     work = workload(*(session(f"s{i}", 3, max_tokens=400, prompt=50) for i in range(3)))
 
-    async def main(background: BackgroundServer) -> Ledger:
+    async def main(background: ThreadServer) -> Ledger:
         endpoint = Endpoint(background.url, "sim")
         ledger = Ledger()
         run = asyncio.create_task(run_wallclock(work, [endpoint], ledger))
@@ -131,7 +132,7 @@ def test_a_server_stopped_mid_run_fails_its_requests_and_loses_none() -> None:
         await asyncio.wait_for(run, timeout=30)
         return ledger
 
-    background = BackgroundServer(_sim_app())
+    background = ThreadServer(_sim_app())
     with background:
         ledger = asyncio.run(main(background))
     records = ledger.sorted_records()

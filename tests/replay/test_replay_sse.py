@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from flatshare.errors import InputError
+from flatshare.protocol.sse import SseSplitter, StreamTally
 from flatshare.replay.endpoints import normalize_url, sticky_index
 from flatshare.replay.sampler import parse_metrics, to_sample
-from flatshare.replay.sse import SseSplitter, StreamTally
 
 
 def test_splitter_joins_events_split_across_reads() -> None:
@@ -74,9 +74,9 @@ vllm:num_requests_running_extra 99
 
 
 def test_metrics_are_parsed_and_aggregated_over_engines() -> None:
-    values = parse_metrics(VLLM_METRICS)
-    assert values["vllm:kv_cache_usage_perc"] == [0.5, 0.25]
-    sample = to_sample(values, 2.0)
+    page = parse_metrics(VLLM_METRICS)
+    assert page.values("vllm:kv_cache_usage_perc") == [0.5, 0.25]
+    sample = to_sample(page, 2.0)
     assert sample is not None
     assert (sample.t, sample.kv_usage, sample.running, sample.waiting) == (2.0, 0.375, 5, 4)
     assert (sample.preemptions_total, sample.cpu_tier_blocks) == (7, 0)

@@ -11,11 +11,14 @@ from pathlib import Path
 import pytest
 from replaykit import checked_records
 
-from flatshare.replay.command import EngineOptions, replay_command
+from flatshare.replay.command import replay_command
+from flatshare.replay.records import RECORD_VERSION
 from flatshare.replay.rundir import read_samples
+from flatshare.sim.options import EngineOptions
 from flatshare.testing.tiny_model import make_tiny_model
 from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
 from flatshare.workloads.spec import parse_spec
+from kit.net import ThreadServer
 
 pytestmark = [pytest.mark.server, pytest.mark.vllm]
 
@@ -36,7 +39,6 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer
 
 @pytest.fixture(scope="module")
 def runs(vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from flatshare.serve.background import BackgroundServer
     from flatshare.serve.server import build_sim_app
     from flatshare.sim.config import EngineConfig
     from flatshare.sim.profile import load_profile
@@ -44,7 +46,7 @@ def runs(vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> d
     out = {name: tmp_path_factory.mktemp(name) for name in ("vllm", "serve-sim", "sim")}
     replay_command(SPEC, out["vllm"], endpoints=[vllm_server.url], **COMMON)  # type: ignore[arg-type]
     app = build_sim_app(EngineConfig(max_model_len=MODEL_LEN, kv_tokens=8192), load_profile())
-    with BackgroundServer(app) as sim_server:
+    with ThreadServer(app) as sim_server:
         replay_command(SPEC, out["serve-sim"], endpoints=[sim_server.url], **COMMON)  # type: ignore[arg-type]
     replay_command(SPEC, out["sim"], sim=True, engine=EngineOptions(kv_tokens=8192), **COMMON)  # type: ignore[arg-type]
     return out
@@ -58,7 +60,7 @@ def test_all_three_record_files_pass_the_schema_and_hold_every_request(runs: dic
         assert {r["id"] for r in rows} == expected, name
         assert all(r["status"] == "ok" for r in rows), (name, [r["error"] for r in rows])
         run = json.loads((folder / "run.json").read_text())
-        assert run["requests"] == len(expected) and run["record_version"] == 1, name
+        assert run["requests"] == len(expected) and run["record_version"] == RECORD_VERSION, name
 
 
 def test_the_real_server_streams_every_token_and_exposes_its_metrics(

@@ -38,6 +38,7 @@ import httpx
 import pytest
 
 from flatshare.fidelity.probes import histogram_buckets, metric
+from flatshare.protocol.tokens import FIRST_ID
 from flatshare.testing.tiny_model import make_tiny_model
 from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
 
@@ -183,9 +184,9 @@ class Scenario:
 
 
 def _prompt(seed: int, length: int) -> list[int]:
-    """Token ids that share no prefix with another prompt (ids 0-3 are special)."""
+    """Token ids that share no prefix with another prompt (below FIRST_ID are special)."""
     rng = random.Random(seed)
-    return [rng.randrange(4, VOCAB) for _ in range(length)]
+    return [rng.randrange(FIRST_ID, VOCAB) for _ in range(length)]
 
 
 def _scrape(client: httpx.Client) -> str:

@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from flatshare.serve.background import BackgroundServer
 from flatshare.serve.server import build_sim_app
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.profile import load_profile
+from kit.net import ThreadServer
 
 PROFILE = load_profile()
 STEP_S = PROFILE.step_fixed_s
@@ -25,7 +25,7 @@ STEP_S = PROFILE.step_fixed_s
 def sim_server(**config: Any) -> Iterator[str]:
     """Serve a fresh simulated engine with `EngineConfig(**config)`; yields the base URL."""
     app = build_sim_app(EngineConfig(**config), PROFILE, seed=0)
-    with BackgroundServer(app, startup_timeout_s=30) as server:
+    with ThreadServer(app) as server:
         yield server.url
 
 

@@ -2,47 +2,29 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from kit.net import free_port, process_exit, stop_process, wait_healthy
 
 
 @pytest.mark.vllm
 def test_serve_sim_command_serves_and_stops() -> None:
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "flatshare.cli", "serve-sim", "--port", str(port), "--kv-tokens", "8192"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "serve-sim did not become healthy in 90 s"
-            time.sleep(0.5)
+        wait_healthy(url, 90, process_exit(proc), interval_s=0.5)
         body = {"model": "sim", "prompt": [5, 6, 7, 8], "max_tokens": 4}
         reply = httpx.post(f"{url}/v1/completions", json=body, timeout=30).json()
         assert reply["usage"]["completion_tokens"] == 4
         assert "vllm:num_requests_running" in httpx.get(f"{url}/metrics", timeout=5).text
     finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
+        stop_process(proc, timeout_s=30)
 
 
 def test_serve_sim_rejects_bad_speed() -> None:

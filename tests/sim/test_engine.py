@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from flatshare.sim.config import EngineConfig
@@ -43,7 +45,7 @@ def test_same_inputs_give_identical_records() -> None:
     requests = [req(f"a{i}", 0.3 * i, 3000 + 500 * i, 40, priority=i % 3, group="g") for i in range(8)]
     first = run(requests, kv_tokens=8000, cpu_tier_tokens=4000)
     second = run(requests, kv_tokens=8000, cpu_tier_tokens=4000)
-    assert [r.to_json() for r in first.records] == [r.to_json() for r in second.records]
+    assert [dataclasses.asdict(r) for r in first.records] == [dataclasses.asdict(r) for r in second.records]
     assert first.samples == second.samples
 
 

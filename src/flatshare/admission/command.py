@@ -1,10 +1,10 @@
-"""The body of `flatshare experiment admission`: plain arguments in, an experiment folder out.
+"""The bodies of `flatshare experiment admission` and `experiment admission-endpoint`: plain arguments
+in, an experiment folder out.
 
-The CLI maps its options one to one onto `experiment_admission`; a `None` option keeps the plan's
-value (`quick_plan` or `full_plan`). Errors in the options raise `InputError`. With `endpoint` the
-experiment runs against a running gateway (`endpoint.py`); the synthetic sizes (`long_tokens`,
-`short_prompt`, `short_max_tokens`, `long_max_tokens`), `model`, `trace_seconds` and `admin_token`
-belong to that mode only.
+The CLI maps its options one to one onto `experiment_admission` (simulated clusters, through an executor
+of `flatshare.lab`) and `experiment_admission_endpoint` (a running gateway, `endpoint.py`, with its own
+`EndpointOptions`); a `None` option keeps the plan's value (`quick_plan` or `full_plan`). Errors in the
+options raise `InputError`.
 """
 
 from __future__ import annotations
@@ -58,22 +58,6 @@ class EndpointOptions:
     priorities: bool = False
     vocab_size: int | None = None
 
-    def given(self) -> list[str]:
-        names = (
-            "model",
-            "vocab_size",
-            "long_tokens",
-            "long_max_tokens",
-            "short_prompt",
-            "short_max_tokens",
-            "trace_seconds",
-        )
-        out = [f"--{n.replace('_', '-')}" for n in names if getattr(self, n) is not None]
-        flags = ([] if self.long_first else ["--no-long-first"]) + (
-            ["--priorities"] if self.priorities else []
-        )
-        return out + flags  # a token may come from the environment
-
 
 def synthetic_for_endpoint(
     base: SyntheticPlan, options: EndpointOptions, backends: int, max_model_len: int | None
@@ -93,7 +77,7 @@ def synthetic_for_endpoint(
     try:
         plan = dataclasses.replace(base, **changes)
     except ValueError as exc:
-        raise InputError(f"experiment admission: {exc}") from None
+        raise InputError(f"experiment admission-endpoint: {exc}") from None
     if plan.long_tokens < 2 or plan.long_max_tokens < 1:
         raise InputError(
             f"--long-tokens must be >= 2 and --long-max-tokens >= 1, got {plan.long_tokens}, {plan.long_max_tokens}"
@@ -116,18 +100,21 @@ def synthetic_for_endpoint(
     return plan
 
 
-def run_endpoint(
+def experiment_admission_endpoint(
     out: Path,
     endpoint: str,
-    options: EndpointOptions,
-    seeds: int | None,
-    windows: int | None,
-    traces: Path,
-    sharegpt: Path | None,
-    on_progress: Callable[[int, int], None] | None,
+    options: EndpointOptions | None = None,
+    seeds: int | None = None,
+    windows: int | None = None,
+    traces: Path = DEFAULT_TRACES,
+    sharegpt: Path | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """Endpoint mode (`endpoint.py`): check the gateway, run every condition through it, restore its
-    routing (also on error or Ctrl-C), then build the report from the saved runs."""
+    """The experiment against the running gateway at `endpoint` (`endpoint.py`), in wall-clock time, one
+    run at a time on the gateway's backends: check the gateway, run every condition through it, restore
+    its routing (also on error or Ctrl-C), then build the report from the saved runs. `on_progress(done,
+    total)` is called after each run. Returns the summary with `wall_s` added."""
+    options = options or EndpointOptions()
     import httpx
 
     from flatshare.admission.gatewayclient import TIMEOUT, check_gateway, put_routing
@@ -163,7 +150,7 @@ def run_endpoint(
                 vocab_size=options.vocab_size or DEFAULT_VOCAB,
             )
         except ValueError as exc:
-            raise InputError(f"experiment admission: {exc}") from None
+            raise InputError(f"experiment admission-endpoint: {exc}") from None
         total = plan.count_runs()
         done = [0]
 
@@ -224,41 +211,34 @@ def experiment_admission(
     windows: int | None = None,
     traces: Path = DEFAULT_TRACES,
     sharegpt: Path | None = None,
-    endpoint: str | None = None,
     workers: int = 0,
+    executor: str = "local",
+    ray_address: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
-    endpoint_options: EndpointOptions | None = None,
 ) -> dict[str, Any]:
-    """Run the admission experiment into `out` and build its summary, report and figures.
+    """Run the admission experiment on simulated clusters into `out` and build its summary, report and
+    figures.
 
-    `on_progress(done, total)` is called after each job (each run in endpoint mode). Returns the
-    summary with `wall_s` added. With `endpoint` (a running gateway's URL) it runs there in wall-clock
-    time (`run_endpoint`); `engines` and `workers` do not apply (the gateway's backends; one run at a time).
+    Jobs run on `executor` (`local`: `workers` processes; `ray`: the cluster at `ray_address` or
+    `RAY_ADDRESS`, else a local Ray instance). `on_progress(done, total)` is called after each job,
+    failed or not. Returns the summary with `wall_s` added. When jobs fail, the others complete and
+    `JobsFailed` names the failed ones (no report is built).
     """
     from flatshare.admission.experiment import count_jobs, run_plan
     from flatshare.admission.report import build_report
+    from flatshare.lab.executors import make_executor
 
-    options = endpoint_options or EndpointOptions()
-    if endpoint is not None:
-        if engines is not None:
-            raise InputError("--engines: with --endpoint the gateway's backends are the engines")
-        if workers:
-            raise InputError("--workers: with --endpoint runs go one at a time through the gateway")
-        return run_endpoint(out, endpoint, options, seeds, windows, traces, sharegpt, on_progress)
-    if options.given():
-        raise InputError(
-            f"{', '.join(options.given())}: only with --endpoint (the simulated mode uses the seed's sizes)"
-        )
+    pool = make_executor(executor, workers, ray_address)
     plan = build_plan(quick, traces, engines, seeds, windows, sharegpt, workers)
     total = count_jobs(plan)
     done = [0]
 
-    def advance(_: str) -> None:
+    def advance(*_: object) -> None:
         done[0] += 1
         if on_progress is not None:
             on_progress(done[0], total)
 
     start = time.monotonic()
-    run_plan(out, plan, on_done=advance)
+    run_plan(out, plan, on_done=advance, executor=pool)
     summary = build_report(out)
     return summary | {"wall_s": round(time.monotonic() - start, 1)}

@@ -19,7 +19,9 @@ from typing import Any
 import httpx
 
 from flatshare.errors import InputError
-from flatshare.replay.endpoints import first_model, normalize_url
+from flatshare.protocol.models import PATH as MODELS_PATH
+from flatshare.protocol.models import first_model
+from flatshare.replay.endpoints import normalize_url
 
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 
@@ -113,7 +115,7 @@ def check_gateway(
 
 def _model(client: httpx.Client, url: str) -> tuple[str | None, int | None]:
     try:
-        return first_model(client.get(f"{url}/v1/models").json())
+        return first_model(client.get(f"{url}{MODELS_PATH}").json())
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
         return None, None
 

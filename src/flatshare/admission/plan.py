@@ -8,12 +8,12 @@ A100: `max_num_batched_tokens` 2048, `max_num_seqs` 256, FCFS, chunked prefill, 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from flatshare.gateway.policies import POLICY_NAMES, PREFER_NAMES
 from flatshare.gateway.routing import Thresholds
+from flatshare.lab.executors import default_workers
 from flatshare.sim.config import EngineConfig
 
 PROFILE = "llama3-8b-a100-80gb"
@@ -155,10 +155,6 @@ def default_engine() -> EngineConfig:
     )
 
 
-def _workers() -> int:
-    return max(1, min(2, os.cpu_count() or 1))
-
-
 @dataclass(frozen=True)
 class AdmissionPlan:
     """The whole experiment. `drain_s`: how long a trace run may go on after its last arrival (requests
@@ -174,7 +170,7 @@ class AdmissionPlan:
     engine: EngineConfig = field(default_factory=default_engine)
     drain_s: float = 300.0
     occupancy_tick_s: float = 0.1
-    workers: int = field(default_factory=_workers)
+    workers: int = field(default_factory=default_workers)
 
     def __post_init__(self) -> None:
         if not self.engines or min(self.engines) < 2:

@@ -22,13 +22,13 @@ the engines). Their `run.json` has `mode` `endpoint`, `endpoint` (the URL), `bac
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from flatshare.admission.cluster import ClusterRun, DecisionRecord
+from flatshare.lab.rundir import atomic_folder, read_json, read_jsonl, write_json, write_jsonl
 from flatshare.replay.records import ReplayRecord, read_records, write_records
 
 MARKER = "experiment.json"
@@ -50,24 +50,10 @@ def run_dir(root: Path, workload: str, condition: str, seed: int) -> Path:
     return root / "runs" / workload / condition / f"s{seed}"
 
 
-def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    with path.open("w") as f:
-        for row in rows:
-            f.write(json.dumps(row, sort_keys=True) + "\n")
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def save_run(folder: Path, cluster: ClusterRun, facts: dict[str, Any]) -> None:
-    """Write one run's raw data and facts (engine totals are added to `facts`)."""
-    folder.mkdir(parents=True, exist_ok=True)
+def save_run(target: Path, cluster: ClusterRun, facts: dict[str, Any]) -> None:
+    """Write one run's raw data and facts, atomically (`flatshare.lab.rundir.atomic_folder`); engine
+    totals are added to `facts`."""
     run = cluster.run
-    write_records(folder / "requests.jsonl", run.records)
-    _write_jsonl(folder / "samples.jsonl", ({"engine": e, **s.to_json()} for e, s in run.samples))
-    _write_jsonl(folder / "occupancy.jsonl", cluster.occupancy)
-    _write_jsonl(folder / "decisions.jsonl", (d.to_json() for d in cluster.decisions))
     counters: dict[str, int] = {}
     for engine in run.engines:
         for key, value in engine.result().scheduler_counters.items():
@@ -79,35 +65,40 @@ def save_run(folder: Path, cluster: ClusterRun, facts: dict[str, Any]) -> None:
         "scheduler_counters": counters,
         "wall_s": cluster.wall_s,
     }
-    (folder / "run.json").write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+    with atomic_folder(target) as folder:
+        write_records(folder / "requests.jsonl", run.records)
+        write_jsonl(folder / "samples.jsonl", ({"engine": e, **s.to_json()} for e, s in run.samples))
+        write_jsonl(folder / "occupancy.jsonl", cluster.occupancy)
+        write_jsonl(folder / "decisions.jsonl", (d.to_json() for d in cluster.decisions))
+        write_json(folder / "run.json", facts)
 
 
 def save_wallclock_run(
-    folder: Path,
+    target: Path,
     records: Iterable[ReplayRecord],
     samples: Iterable[dict[str, Any]],
     decisions: Iterable[DecisionRecord],
     facts: dict[str, Any],
 ) -> None:
-    """Write one wall-clock run (against a gateway) in the same layout; no occupancy data."""
-    folder.mkdir(parents=True, exist_ok=True)
-    write_records(folder / "requests.jsonl", records)
-    _write_jsonl(folder / "samples.jsonl", samples)
-    _write_jsonl(folder / "occupancy.jsonl", [])
-    _write_jsonl(folder / "decisions.jsonl", (d.to_json() for d in decisions))
-    (folder / "run.json").write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+    """Write one wall-clock run (against a gateway) in the same layout, atomically; no occupancy data."""
+    with atomic_folder(target) as folder:
+        write_records(folder / "requests.jsonl", records)
+        write_jsonl(folder / "samples.jsonl", samples)
+        write_jsonl(folder / "occupancy.jsonl", [])
+        write_jsonl(folder / "decisions.jsonl", (d.to_json() for d in decisions))
+        write_json(folder / "run.json", facts)
 
 
 def load_run(folder: Path) -> SavedRun:
-    facts = json.loads((folder / "run.json").read_text())
+    facts = read_json(folder / "run.json")
     return SavedRun(
         workload=facts["workload"],
         condition=facts["condition"]["key"],
         seed=int(facts["seed"]),
         records=read_records(folder / "requests.jsonl"),
-        samples=_read_jsonl(folder / "samples.jsonl"),
-        occupancy=_read_jsonl(folder / "occupancy.jsonl"),
-        decisions=[DecisionRecord.from_json(d) for d in _read_jsonl(folder / "decisions.jsonl")],
+        samples=read_jsonl(folder / "samples.jsonl"),
+        occupancy=read_jsonl(folder / "occupancy.jsonl"),
+        decisions=[DecisionRecord.from_json(d) for d in read_jsonl(folder / "decisions.jsonl")],
         facts=facts,
     )
 
@@ -119,13 +110,10 @@ def load_runs(root: Path) -> list[SavedRun]:
 
 
 def write_marker(root: Path, plan: dict[str, Any]) -> None:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / MARKER).write_text(
-        json.dumps({"kind": "admission", "plan": plan}, indent=2, sort_keys=True) + "\n"
-    )
+    write_json(root / MARKER, {"kind": "admission", "plan": plan})
 
 
 def is_admission_experiment(root: Path) -> bool:
     """Whether `root` holds an admission experiment (`flatshare report` can dispatch on this)."""
     marker = root / MARKER
-    return marker.is_file() and json.loads(marker.read_text()).get("kind") == "admission"
+    return marker.is_file() and read_json(marker).get("kind") == "admission"

@@ -9,12 +9,11 @@ import sys
 
 import typer
 
-from flatshare.cli import experiments, fidelity, gateway, replay, sim  # noqa: F401  (registers the commands)
+from flatshare.cli import experiments, fidelity, gateway, records, replay, sim  # noqa: F401  (registers the commands)
 from flatshare.cli.base import app, fail
-from flatshare.cli.engine_options import engine_from_options
 from flatshare.errors import InputError
 
-__all__ = ["app", "engine_from_options", "fail", "main"]
+__all__ = ["app", "fail", "main"]
 
 
 def main() -> None:

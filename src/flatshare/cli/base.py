@@ -1,13 +1,12 @@
-"""The root `flatshare` app, its error exit, and helpers every command module uses."""
+"""The root `flatshare` app, its error exit, and the `--verbose` switch every command shares."""
 
 from __future__ import annotations
 
-import json
-from typing import NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 
-from flatshare.errors import InputError
+from flatshare import enginelog
 
 app = typer.Typer(
     name="flatshare",
@@ -26,21 +25,22 @@ app.add_typer(experiment_app, name="experiment")
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            envvar="FLATSHARE_VERBOSE",
+            help="Show vLLM's and torch's own log lines on stderr (default: OUT/engine.log).",
+        ),
+    ] = False,
+) -> None:
     """Share vLLM GPUs between latency-critical requests and heavy agent traffic."""
+    if not verbose:
+        enginelog.quiet()
 
 
 def fail(message: str) -> NoReturn:
     """Print a one-line error and exit with code 2."""
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code=2)
-
-
-def parse_json_object(text: str, option: str) -> dict[str, object]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{option}: not valid JSON ({exc.msg})") from exc
-    if not isinstance(value, dict):
-        raise InputError(f"{option}: must be a JSON object")
-    return value

@@ -1,16 +1,18 @@
-"""Engine options shared by the commands that build a simulated engine (`sim`, `serve-sim`, `replay`)."""
+"""The simulated engine's typer options, shared by `sim`, `serve-sim`, `replay` and `fidelity`.
+
+Help texts live here; defaults are `ENGINE`'s fields (`flatshare.sim.options.EngineOptions`, whose
+own defaults are `EngineConfig`'s), and `EngineOptions(...)` turns the parsed values into a config.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from flatshare.cli.base import parse_json_object
+from flatshare.sim.options import EngineOptions
 
-if TYPE_CHECKING:
-    from flatshare.sim.config import EngineConfig
-    from flatshare.sim.profile import StepTimeProfile
+ENGINE = EngineOptions()
 
 SchedulerOpt = Annotated[str, typer.Option(help="vllm, make-room, or a dotted Scheduler subclass.")]
 PolicyOpt = Annotated[str, typer.Option(help="vLLM scheduling policy: fcfs or priority.")]
@@ -25,35 +27,3 @@ BlockOpt = Annotated[int, typer.Option(help="KV block size in tokens.")]
 TierOpt = Annotated[int, typer.Option(help="Simulated CPU KV tier capacity in tokens (0: off).")]
 MakeRoomOpt = Annotated[str, typer.Option(help="make-room settings as JSON, e.g. '{\"enabled\": true}'.")]
 SeedOpt = Annotated[int, typer.Option(help="Seed for generated prompt token ids.")]
-
-
-def engine_from_options(
-    profile: str,
-    scheduler: str,
-    policy: str,
-    kv_tokens: int,
-    max_num_batched_tokens: int,
-    max_num_seqs: int,
-    max_model_len: int,
-    block_size: int,
-    cpu_tier_tokens: int,
-    make_room: str,
-) -> tuple[EngineConfig, StepTimeProfile]:
-    """The engine settings and profile that `sim` and `serve-sim` share (raises InputError)."""
-    from flatshare.sim.config import EngineConfig, fitting_model_len
-    from flatshare.sim.profile import DEFAULT_PROFILE, load_profile
-
-    step_profile = load_profile(profile or DEFAULT_PROFILE)
-    kv = kv_tokens or step_profile.default_kv_tokens
-    config = EngineConfig(
-        block_size=block_size,
-        kv_tokens=kv,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs,
-        policy=policy,
-        max_model_len=max_model_len or fitting_model_len(kv, block_size),
-        scheduler=scheduler,
-        additional_config={"make_room": parse_json_object(make_room, "--make-room")} if make_room else {},
-        cpu_tier_tokens=cpu_tier_tokens,
-    )
-    return config, step_profile

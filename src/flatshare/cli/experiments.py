@@ -1,15 +1,54 @@
-"""Experiment commands: `experiment colocation` and `report`."""
+"""Experiment commands: `experiment colocation`, `experiment admission`, `experiment admission-endpoint`
+and `report`. The simulated experiments run their jobs through an executor (`flatshare.lab.executors`):
+local processes (`--executor local`, the default) or a Ray cluster (`--executor ray`)."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
+from flatshare import enginelog
 from flatshare.cli.base import app, experiment_app, fail
 from flatshare.errors import InputError
+from flatshare.lab.jobs import JobsFailed
+
+ExecutorOption = Annotated[
+    str, typer.Option(help="Where runs go: local (processes) or ray (a Ray cluster; needs the `ray` extra).")
+]
+RayAddressOption = Annotated[
+    str | None,
+    typer.Option(help="--executor ray: the cluster's address [RAY_ADDRESS; neither: a local Ray instance]."),
+]
+WorkersOption = Annotated[
+    int, typer.Option(help="--executor local: processes in parallel (0: one per core, max 2).")
+]
+
+
+def failed_jobs(exc: JobsFailed) -> NoReturn:
+    """Name every failed job (condition and seed) on stderr and exit with code 1."""
+    for failure in exc.failures:
+        typer.echo(f"failed: {failure.describe()}", err=True)
+    typer.echo(f"error: {len(exc.failures)} run(s) failed; the others are saved (no report built)", err=True)
+    raise typer.Exit(code=1)
+
+
+@contextmanager
+def progress_bar(label: str, total: int | None) -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar; yields `advance(done, total)`."""
+    from rich.progress import Progress
+
+    with Progress() as progress:
+        task = progress.add_task(label, total=total)
+
+        def advance(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        yield advance
 
 
 @experiment_app.command("colocation")
@@ -38,15 +77,19 @@ def experiment_colocation(
     agent_source: Annotated[
         str | None, typer.Option(help="Agents: synthetic (from the WEKA sample) or weka (its sessions).")
     ] = None,
-    workers: Annotated[int, typer.Option(help="Processes running in parallel (0: one per core, max 2).")] = 0,
+    conditions: Annotated[
+        str | None, typer.Option(help="Only these conditions, comma-separated keys [all].")
+    ] = None,
+    workers: WorkersOption = 0,
+    executor: ExecutorOption = "local",
+    ray_address: RayAddressOption = None,
 ) -> None:
     """A voice agent beside coding agents under vLLM's stock scheduler and make-room variants, on the
     first seed's setup (`flatshare.experiments.setup.SEED`) unless an option changes it."""
-    from rich.progress import Progress
-
     from flatshare.analysis.report import build_report
-    from flatshare.experiments.colocation import QUICK, ColocationPlan, run_plan
+    from flatshare.experiments.colocation import QUICK, ColocationPlan, pick_conditions, run_plan
     from flatshare.experiments.setup import SEED
+    from flatshare.lab.executors import make_executor
 
     rules = {"full-prompt": True, "first-chunk": False, None: SEED.reserve_full_isl}
     try:
@@ -68,79 +111,133 @@ def experiment_colocation(
             )
         if workers:
             plan = dataclasses.replace(plan, workers=workers)
+        if conditions is not None:
+            plan = dataclasses.replace(plan, conditions=pick_conditions(conditions))
+        pool = make_executor(executor, workers, ray_address)
+    except InputError as exc:
+        fail(str(exc))
     except ValueError as exc:
         fail(f"experiment colocation: {exc}")
+    enginelog.log_to(out)
     total = len(list(plan.jobs()))
-    with Progress() as progress:
-        task = progress.add_task("co-location runs", total=total)
-        run_plan(out, plan, on_done=lambda _: progress.advance(task))
+    done = [0]
+    failed: JobsFailed | None = None
+
+    with progress_bar("co-location runs", total) as advance:
+
+        def one_done(*_: object) -> None:
+            done[0] += 1
+            advance(done[0], total)
+
+        try:
+            run_plan(out, plan, on_done=one_done, executor=pool)
+        except JobsFailed as exc:
+            failed = exc
+    if failed is not None:
+        failed_jobs(failed)
     build_report(out)
     typer.echo(f"report: {out / 'report.md'}  summary: {out / 'summary.json'}")
 
 
+TracesOption = Annotated[Path, typer.Option(help="Folder holding azure-llm-2023/ and mooncake-fast25/.")]
+SharegptOption = Annotated[Path | None, typer.Option(help="A ShareGPT JSON file to replay as well.")]
+OutOption = Annotated[Path, typer.Option(help="Experiment folder: runs/, summary.json, report.md, figures.")]
+
+
 @experiment_app.command("admission")
 def experiment_admission(
-    out: Annotated[Path, typer.Option(help="Experiment folder: runs/, summary.json, report.md, figures.")],
+    out: OutOption,
     quick: Annotated[bool, typer.Option(help="10 synthetic seeds, one short window per trace.")] = False,
     engines: Annotated[
         str | None, typer.Option(help="Engine counts per cluster for the traces [2,4].")
     ] = None,
     seeds: Annotated[int | None, typer.Option(help="Seeds of the synthetic case [10].")] = None,
     windows: Annotated[int | None, typer.Option(help="Windows per trace [3; quick: 1].")] = None,
-    traces: Annotated[Path, typer.Option(help="Folder holding azure-llm-2023/ and mooncake-fast25/.")] = Path(
-        "../shared/traces"
-    ),
-    sharegpt: Annotated[Path | None, typer.Option(help="A ShareGPT JSON file to replay as well.")] = None,
+    traces: TracesOption = Path("../shared/traces"),
+    sharegpt: SharegptOption = None,
+    workers: WorkersOption = 0,
+    executor: ExecutorOption = "local",
+    ray_address: RayAddressOption = None,
+) -> None:
+    """Does routing long requests away from KV pressure cut short requests' p95 TTFT? (second seed),
+    on simulated clusters. Against a running gateway: `experiment admission-endpoint`."""
+    from flatshare.admission.command import experiment_admission as run_admission
+
+    enginelog.log_to(out)
+    failed: JobsFailed | None = None
+    with progress_bar("admission runs", None) as advance:
+        try:
+            summary = run_admission(
+                out,
+                quick=quick,
+                engines=engines,
+                seeds=seeds,
+                windows=windows,
+                traces=traces,
+                sharegpt=sharegpt,
+                workers=workers,
+                executor=executor,
+                ray_address=ray_address,
+                on_progress=advance,
+            )
+        except InputError as exc:
+            fail(str(exc))
+        except JobsFailed as exc:
+            failed = exc
+    if failed is not None:
+        failed_jobs(failed)
+    typer.echo(f"report: {out / 'report.md'}  summary: {out / 'summary.json'}  ({summary['wall_s']} s)")
+
+
+@experiment_app.command("admission-endpoint")
+def experiment_admission_endpoint(
+    out: OutOption,
     endpoint: Annotated[
-        str | None,
-        typer.Option(help="Run against this running flatshare gateway (wall clock; docs/admission.md)."),
-    ] = None,
-    workers: Annotated[int, typer.Option(help="Processes running in parallel (0: one per core, max 2).")] = 0,
+        str, typer.Option(help="A running flatshare gateway's URL (wall clock; docs/admission.md).")
+    ],
+    seeds: Annotated[int | None, typer.Option(help="Seeds of the synthetic case [10].")] = None,
+    windows: Annotated[int | None, typer.Option(help="Windows per trace [1].")] = None,
+    traces: TracesOption = Path("../shared/traces"),
+    sharegpt: SharegptOption = None,
     admin_token: Annotated[
         str,
         typer.Option(
             envvar="FLATSHARE_ADMIN_TOKEN",
             show_envvar=True,
-            help="--endpoint: the gateway's admin token (switches its routing per condition).",
+            help="The gateway's admin token (switches its routing per condition).",
         ),
     ] = "",
     model: Annotated[
-        str | None, typer.Option(help="--endpoint: model name to send [the first of GET /v1/models].")
+        str | None, typer.Option(help="Model name to send [the first of GET /v1/models].")
     ] = None,
     vocab_size: Annotated[
-        int | None, typer.Option(help="--endpoint: prompt token ids lie below this (the model's) [32000].")
+        int | None, typer.Option(help="Prompt token ids lie below this (the model's) [32000].")
     ] = None,
-    long_tokens: Annotated[
-        int | None, typer.Option(help="--endpoint: input tokens of the long request [50000].")
-    ] = None,
+    long_tokens: Annotated[int | None, typer.Option(help="Input tokens of the long request [50000].")] = None,
     long_max_tokens: Annotated[
-        int | None, typer.Option(help="--endpoint: output tokens of the long request [256].")
+        int | None, typer.Option(help="Output tokens of the long request [256].")
     ] = None,
     short_prompt: Annotated[
-        str | None, typer.Option(help="--endpoint: input tokens of the shorts, LOW,HIGH [100,500].")
+        str | None, typer.Option(help="Input tokens of the shorts, LOW,HIGH [100,500].")
     ] = None,
     short_max_tokens: Annotated[
-        int | None, typer.Option(help="--endpoint: most output tokens of a short (1-256) [256].")
+        int | None, typer.Option(help="Most output tokens of a short (1-256) [256].")
     ] = None,
     trace_seconds: Annotated[
         float | None,
-        typer.Option(help="--endpoint: replay each trace window cut to this many seconds [traces not run]."),
+        typer.Option(help="Replay each trace window cut to this many seconds [traces not run]."),
     ] = None,
     long_first: Annotated[
-        bool, typer.Option(help="--endpoint: also run the seed's literal order (long request first).")
+        bool, typer.Option(help="Also run the seed's literal order (long request first).")
     ] = True,
     priorities: Annotated[
-        bool,
-        typer.Option(
-            help="--endpoint: send shorts at priority 1, the long at 10 (priority-policy backends)."
-        ),
+        bool, typer.Option(help="Send shorts at priority 1, the long at 10 (priority-policy backends).")
     ] = False,
 ) -> None:
-    """Does routing long requests away from KV pressure cut short requests' p95 TTFT? (second seed)"""
-    from rich.progress import Progress
-
+    """The admission experiment through a running flatshare gateway, in wall-clock time, one run at a
+    time on its backends (docs/admission.md)."""
     from flatshare.admission.command import EndpointOptions
-    from flatshare.admission.command import experiment_admission as run_admission
+    from flatshare.admission.command import experiment_admission_endpoint as run_endpoint
 
     options = EndpointOptions(
         admin_token=admin_token,
@@ -154,26 +251,10 @@ def experiment_admission(
         priorities=priorities,
         vocab_size=vocab_size,
     )
-
-    with Progress() as progress:
-        task = progress.add_task("admission runs", total=None)
-
-        def advance(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
-
+    with progress_bar("admission runs", None) as advance:
         try:
-            summary = run_admission(
-                out,
-                quick=quick,
-                engines=engines,
-                seeds=seeds,
-                windows=windows,
-                traces=traces,
-                sharegpt=sharegpt,
-                endpoint=endpoint,
-                workers=workers,
-                on_progress=advance,
-                endpoint_options=options,
+            summary = run_endpoint(
+                out, endpoint, options, seeds, windows, traces, sharegpt, on_progress=advance
             )
         except InputError as exc:
             fail(str(exc))

@@ -9,8 +9,9 @@ from typing import Annotated
 import typer
 
 from flatshare.cli.base import app, fail
-from flatshare.cli.engine_options import BatchedOpt, MakeRoomOpt, PolicyOpt, SeedOpt, SeqsOpt
+from flatshare.cli.engine_options import ENGINE, BatchedOpt, MakeRoomOpt, PolicyOpt, SeedOpt, SeqsOpt
 from flatshare.errors import InputError
+from flatshare.fidelity.settings import PROBE_VOCAB_SIZE
 
 EndpointOpt = Annotated[str, typer.Option(help="Base URL of a running vLLM server.")]
 VocabOpt = Annotated[
@@ -28,8 +29,8 @@ def calibrate_engine(
     out: Annotated[Path, typer.Option(help="Profile file to write (.json).")],
     max_num_batched_tokens: Annotated[
         int, typer.Option(help="The server's --max-num-batched-tokens (vLLM does not export it).")
-    ] = 512,
-    vocab_size: VocabOpt = 512,
+    ] = ENGINE.max_num_batched_tokens,
+    vocab_size: VocabOpt = PROBE_VOCAB_SIZE,
     repeats: Annotated[int, typer.Option(help="Rounds of probes; each probe's median counts.")] = 5,
     quick: Annotated[
         bool, typer.Option(help="Fewer probe shapes, 3 rounds (seconds, for a first look).")
@@ -67,16 +68,18 @@ def fidelity(
     real_from: Annotated[
         Path | None, typer.Option(help="Reuse the real runs of an earlier fidelity folder (no server).")
     ] = None,
-    scheduler: Annotated[str, typer.Option(help="What the server runs: vllm or make-room.")] = "vllm",
-    make_room: MakeRoomOpt = "",
-    policy: PolicyOpt = "priority",
+    scheduler: Annotated[
+        str, typer.Option(help="What the server runs: vllm or make-room.")
+    ] = ENGINE.scheduler,
+    make_room: MakeRoomOpt = ENGINE.make_room,
+    policy: PolicyOpt = ENGINE.policy,
     block_size: Annotated[int, typer.Option(help="KV block size (0: the server's).")] = 0,
     kv_blocks: Annotated[int, typer.Option(help="KV blocks (0: the server's num_gpu_blocks).")] = 0,
-    max_num_batched_tokens: BatchedOpt = 512,
-    max_num_seqs: SeqsOpt = 256,
+    max_num_batched_tokens: BatchedOpt = ENGINE.max_num_batched_tokens,
+    max_num_seqs: SeqsOpt = ENGINE.max_num_seqs,
     max_model_len: Annotated[int, typer.Option(help="Max model length (0: the server's).")] = 0,
     real_runs: Annotated[int, typer.Option(help="Real runs; 2 or more measure the real-vs-real noise.")] = 2,
-    vocab_size: VocabOpt = 512,
+    vocab_size: VocabOpt = PROBE_VOCAB_SIZE,
     floor: Annotated[float, typer.Option(help="Smallest error bound.")] = 0.15,
     k: Annotated[float, typer.Option(help="Bound = max(floor, k x real-vs-real error).")] = 2.0,
     seed: SeedOpt = 0,

@@ -9,6 +9,7 @@ import typer
 
 from flatshare.cli.base import app, fail
 from flatshare.cli.engine_options import (
+    ENGINE,
     BatchedOpt,
     BlockOpt,
     KvTokensOpt,
@@ -20,6 +21,7 @@ from flatshare.cli.engine_options import (
     TierOpt,
 )
 from flatshare.errors import InputError
+from flatshare.sim.options import EngineOptions
 
 
 @app.command()
@@ -37,25 +39,26 @@ def replay(
     vocab_size: Annotated[int, typer.Option(help="Prompt token ids lie below this (the model's).")] = 32000,
     priority: Annotated[bool, typer.Option(help="Send each request's priority field.")] = True,
     sim_engines: Annotated[int, typer.Option(help="Simulated engines for --sim.")] = 1,
-    scheduler: SchedulerOpt = "vllm",
-    policy: PolicyOpt = "priority",
-    profile: ProfileOpt = "",
-    kv_tokens: KvTokensOpt = 0,
-    max_num_batched_tokens: BatchedOpt = 512,
-    max_num_seqs: SeqsOpt = 256,
+    scheduler: SchedulerOpt = ENGINE.scheduler,
+    policy: PolicyOpt = ENGINE.policy,
+    profile: ProfileOpt = ENGINE.profile,
+    kv_tokens: KvTokensOpt = ENGINE.kv_tokens,
+    max_num_batched_tokens: BatchedOpt = ENGINE.max_num_batched_tokens,
+    max_num_seqs: SeqsOpt = ENGINE.max_num_seqs,
     max_model_len: Annotated[
         int, typer.Option(help="Clip prompts to this (0: the --sim engine's, or what the endpoints report).")
-    ] = 0,
-    block_size: BlockOpt = 16,
-    cpu_tier_tokens: TierOpt = 0,
-    make_room: MakeRoomOpt = "",
+    ] = ENGINE.max_model_len,
+    block_size: BlockOpt = ENGINE.block_size,
+    cpu_tier_tokens: TierOpt = ENGINE.cpu_tier_tokens,
+    make_room: MakeRoomOpt = ENGINE.make_room,
 ) -> None:
     """Replay a workload against OpenAI-compatible endpoints (wall clock) or simulated engines (--sim)."""
-    from flatshare.replay.command import EngineOptions, replay_command
+    from flatshare.replay.command import replay_command
 
     engine = EngineOptions(
-        scheduler, policy, profile, kv_tokens, max_num_batched_tokens, max_num_seqs,
-        block_size, cpu_tier_tokens, make_room,
+        scheduler=scheduler, policy=policy, profile=profile, kv_tokens=kv_tokens,
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
+        cpu_tier_tokens=cpu_tier_tokens, make_room=make_room,
     )  # fmt: skip
     try:
         summary = replay_command(

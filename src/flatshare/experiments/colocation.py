@@ -9,15 +9,17 @@ virtual seconds (no request issued later; in-flight ones get `drain` more second
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+import functools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from flatshare.experiments.runs import run_dir, save_run
 from flatshare.experiments.setup import SEED, Setup
+from flatshare.lab.executors import Executor, LocalExecutor, OnDone, default_workers
+from flatshare.lab.jobs import Job, JobsFailed
+from flatshare.sim.config import DEFAULT_ENGINE
 
 WINDOW_SWEEP = (0, 8, 16, 24, 32, 48, 64)
 
@@ -28,7 +30,7 @@ class Condition:
     scheduler: str = "vllm"
     policy: str = "priority"
     make_room: dict[str, Any] | None = None
-    max_num_batched_tokens: int = 512
+    max_num_batched_tokens: int = DEFAULT_ENGINE.max_num_batched_tokens
     voice: bool = True
     agents: bool = True
     window_tokens: int | None = None  # for the window sweep
@@ -70,7 +72,7 @@ class ColocationPlan:
     drain_s: float = 120.0
     setup: Setup = SEED
     conditions: tuple[Condition, ...] = MAIN_CONDITIONS + SWEEP_CONDITIONS
-    workers: int = field(default_factory=lambda: max(1, min(2, os.cpu_count() or 1)))
+    workers: int = field(default_factory=default_workers)  # for the local executor
 
     def __post_init__(self) -> None:
         if not self.callers or min(self.callers) < 1 or self.agents < 1 or self.seeds < 1:
@@ -84,6 +86,18 @@ class ColocationPlan:
                 for condition in self.conditions:
                     if condition.voice or callers == self.callers[0]:
                         yield condition, callers, seed
+
+
+def pick_conditions(keys: str) -> tuple[Condition, ...]:
+    """The conditions named in `keys` (comma-separated), in the plan's order; ValueError naming unknowns."""
+    every = MAIN_CONDITIONS + SWEEP_CONDITIONS
+    wanted = [k.strip() for k in keys.split(",") if k.strip()]
+    unknown = sorted(set(wanted) - {c.key for c in every})
+    if not wanted or unknown:
+        raise ValueError(
+            f"--conditions: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(c.key for c in every)}"
+        )
+    return tuple(c for c in every if c.key in wanted)
 
 
 QUICK = ColocationPlan(callers=(2,), seeds=2, duration_s=300.0, drain_s=60.0)
@@ -148,18 +162,33 @@ def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: Colo
     return str(folder)
 
 
-def run_plan(out: Path, plan: ColocationPlan, on_done: Callable[[str], None] | None = None) -> None:
-    """Run every job of the plan (in `plan.workers` processes) and save each run."""
-    jobs = list(plan.jobs())
-    if plan.workers <= 1:
-        for condition, callers, seed in jobs:
-            folder = run_one(out, condition, callers, seed, plan)
-            if on_done:
-                on_done(folder)
-        return
-    with ProcessPoolExecutor(max_workers=plan.workers) as pool:
-        futures = [pool.submit(run_one, out, c, n, s, plan) for c, n, s in jobs]
-        for future in futures:
-            folder = future.result()
-            if on_done:
-                on_done(folder)
+@dataclass(frozen=True)
+class ColocationJob:
+    """One job's parameters besides its seed: the condition and the caller count."""
+
+    condition: Condition
+    callers: int
+
+
+def plan_jobs(plan: ColocationPlan) -> list[Job[ColocationJob]]:
+    """The plan's jobs, named `<condition>/c<callers>` (their folder under runs/) and seed."""
+    return [Job(f"{c.key}/c{n}", s, ColocationJob(c, n)) for c, n, s in plan.jobs()]
+
+
+def run_job(out: Path, plan: ColocationPlan, job: Job[ColocationJob]) -> str:
+    """The executors' run function: `run_one` for one job."""
+    return run_one(out, job.params.condition, job.params.callers, job.seed, plan)
+
+
+def run_plan(
+    out: Path, plan: ColocationPlan, on_done: OnDone | None = None, executor: Executor | None = None
+) -> None:
+    """Run every job of the plan and save each run; `executor` defaults to `plan.workers` local processes.
+
+    Every job runs even when some fail; then `JobsFailed` names the failed ones (condition and seed).
+    """
+    pool = executor if executor is not None else LocalExecutor(plan.workers)
+    fn = functools.partial(run_job, out.resolve(), plan)
+    failures = pool.run(plan_jobs(plan), fn, on_done)
+    if failures:
+        raise JobsFailed(failures)

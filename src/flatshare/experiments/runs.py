@@ -8,11 +8,11 @@ Analysis reads only these files.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flatshare.lab.rundir import atomic_folder, json_text, read_json, read_jsonl, write_jsonl
 from flatshare.replay.records import ReplayRecord, read_records, write_records
 from flatshare.replay.virtual import VirtualRun
 from flatshare.sim.records import EngineSample
@@ -32,12 +32,9 @@ def run_dir(root: Path, condition: str, callers: int, seed: int) -> Path:
     return root / "runs" / condition / f"c{callers}" / f"s{seed}"
 
 
-def save_run(folder: Path, run: VirtualRun, facts: dict[str, Any]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    write_records(folder / "requests.jsonl", run.records)
-    with (folder / "samples.jsonl").open("w") as f:
-        for engine, sample in run.samples:
-            f.write(json.dumps({"engine": engine, **sample.to_json()}, sort_keys=True) + "\n")
+def save_run(target: Path, run: VirtualRun, facts: dict[str, Any]) -> None:
+    """Write one run's folder atomically (`flatshare.lab.rundir.atomic_folder`); engine totals are added
+    to `facts`."""
     engines = run.engines
     facts = facts | {
         "preemptions": sum(e.preemptions for e in engines),
@@ -45,7 +42,10 @@ def save_run(folder: Path, run: VirtualRun, facts: dict[str, Any]) -> None:
         "virtual_s": max(e.now for e in engines),
         "scheduler_counters": _sum_counters([e.result().scheduler_counters for e in engines]),
     }
-    (folder / "engine.json").write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+    with atomic_folder(target) as folder:
+        write_records(folder / "requests.jsonl", run.records)
+        write_jsonl(folder / "samples.jsonl", ({"engine": e, **s.to_json()} for e, s in run.samples))
+        (folder / "engine.json").write_text(json_text(facts))
 
 
 def _sum_counters(counters: list[dict[str, Any]]) -> dict[str, int]:
@@ -61,8 +61,8 @@ def load_runs(root: Path) -> list[SavedRun]:
     out = []
     for folder in sorted((root / "runs").glob("*/c*/s*")):
         condition, callers, seed = folder.parts[-3], int(folder.parts[-2][1:]), int(folder.parts[-1][1:])
-        samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines() if line]
-        engine = json.loads((folder / "engine.json").read_text())
+        samples = read_jsonl(folder / "samples.jsonl")
+        engine = read_json(folder / "engine.json")
         out.append(
             SavedRun(condition, callers, seed, read_records(folder / "requests.jsonl"), samples, engine)
         )

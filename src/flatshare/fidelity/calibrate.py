@@ -29,7 +29,9 @@ import httpx
 
 from flatshare.fidelity.fit import Probe
 from flatshare.fidelity.probes import ServerInfo, histogram, metric, scrape, stream_completion, unique_prompt
+from flatshare.fidelity.settings import PROBE_VOCAB_SIZE
 from flatshare.fidelity.work import Step, beside_steps, decode_step, prefill_steps
+from flatshare.sim.config import DEFAULT_ENGINE
 
 ITL = "vllm:inter_token_latency_seconds"
 
@@ -38,8 +40,8 @@ ITL = "vllm:inter_token_latency_seconds"
 class CalibrationPlan:
     """Which probes to run. Lengths beyond the server's `max_model_len` (or KV) are clipped or dropped."""
 
-    max_num_batched_tokens: int = 512
-    vocab_size: int = 512
+    max_num_batched_tokens: int = DEFAULT_ENGINE.max_num_batched_tokens
+    vocab_size: int = PROBE_VOCAB_SIZE
     prefill_lengths: tuple[int, ...] = (32, 256, 512, 1024, 2000)
     decode_batches: tuple[int, ...] = (1, 4, 8)
     decode_contexts: tuple[int, ...] = (64, 1024)

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from flatshare import enginelog
 from flatshare.errors import InputError
 from flatshare.fidelity.calibrate import CalibrationPlan, check_kv, run_probes
 from flatshare.fidelity.compare import Bounds, compare
@@ -26,8 +27,9 @@ from flatshare.fidelity.probes import ServerInfo, server_info
 from flatshare.fidelity.profile_file import build_profile, write_profile
 from flatshare.fidelity.report import FidelityResult, write_report
 from flatshare.fidelity.runs import read_run, run_real, run_sim
-from flatshare.fidelity.settings import EngineSettings
+from flatshare.fidelity.settings import PROBE_VOCAB_SIZE, EngineSettings
 from flatshare.replay.rundir import prepare
+from flatshare.sim.config import DEFAULT_ENGINE
 from flatshare.sim.profile import StepTimeProfile
 
 # A smaller plan for tests and a first look: fewer shapes, 3 rounds (about 15 s on the tiny model).
@@ -63,8 +65,8 @@ def calibrate_engine_command(
     endpoint: str,
     out: Path,
     *,
-    max_num_batched_tokens: int = 512,
-    vocab_size: int = 512,
+    max_num_batched_tokens: int = DEFAULT_ENGINE.max_num_batched_tokens,
+    vocab_size: int = PROBE_VOCAB_SIZE,
     repeats: int = 5,
     quick: bool = False,
     name: str = "",
@@ -149,16 +151,16 @@ def fidelity_command(
     workload: str,
     out: Path,
     *,
-    scheduler: str = "vllm",
+    scheduler: str = DEFAULT_ENGINE.scheduler,
     make_room: str = "",
-    policy: str = "priority",
+    policy: str = DEFAULT_ENGINE.policy,
     block_size: int = 0,
     kv_blocks: int = 0,
-    max_num_batched_tokens: int = 512,
-    max_num_seqs: int = 256,
+    max_num_batched_tokens: int = DEFAULT_ENGINE.max_num_batched_tokens,
+    max_num_seqs: int = DEFAULT_ENGINE.max_num_seqs,
     max_model_len: int = 0,
     seed: int = 0,
-    vocab_size: int = 512,
+    vocab_size: int = PROBE_VOCAB_SIZE,
     real_runs: int = 2,
     real_from: Path | None = None,
     floor: float = 0.15,
@@ -184,6 +186,7 @@ def fidelity_command(
     config, mismatches = settings.config(info, scheduler, policy, make_room)
     step_profile = load_profile(profile)
     prepare(out)
+    enginelog.log_to(out)
     if real_from is not None:
         real = [read_run(f.name, f) for f in sorted(real_from.glob("real-*")) if f.is_dir()]
         if not real:

@@ -2,15 +2,13 @@
 
 `stream_completion` sends token ids to `/v1/completions` with `ignore_eos` (so it runs to `max_tokens`)
 and `stream_options.continuous_usage_stats` (so every chunk says how many tokens it carries), and keeps
-the arrival time of every token (`flatshare.replay.sse.StreamTally`, the replay driver's rule).
+the arrival time of every token (`flatshare.protocol.sse`, the replay driver's rule).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import random
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -18,10 +16,11 @@ from typing import Any
 import httpx
 
 from flatshare.errors import InputError
+from flatshare.protocol.metrics import CACHE_CONFIG, MetricsPage
+from flatshare.protocol.models import fetch_models, first_card
+from flatshare.protocol.sse import STREAM_OPTIONS, StreamReader
+from flatshare.protocol.tokens import FIRST_ID
 from flatshare.replay.endpoints import normalize_url
-from flatshare.replay.sse import DONE, SseSplitter, StreamTally
-
-_LABELS = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 @dataclass(frozen=True)
@@ -72,8 +71,9 @@ class ServerInfo:
 
 
 def unique_prompt(rng: random.Random, n: int, vocab_size: int) -> list[int]:
-    """`n` random token ids (ids 0-3 are special), so no probe hits another's prefix cache."""
-    return [rng.randrange(4, vocab_size) for _ in range(n)]
+    """`n` random token ids (none of the special ids below `FIRST_ID`), so no probe hits another's
+    prefix cache."""
+    return [rng.randrange(FIRST_ID, vocab_size) for _ in range(n)]
 
 
 async def stream_completion(
@@ -91,23 +91,19 @@ async def stream_completion(
         "ignore_eos": True,
         "temperature": 0,
         "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "stream_options": STREAM_OPTIONS,
     }
     if priority is not None:
         body["priority"] = priority
-    tally, splitter = StreamTally(), SseSplitter()
+    reader = StreamReader()
+    tally = reader.tally
     send = time.perf_counter()
     async with client.stream("POST", f"{info.url}/v1/completions", json=body) as response:
         if response.status_code != 200:
             text = (await response.aread()).decode(errors="replace")[:300]
             raise RuntimeError(f"probe refused: HTTP {response.status_code}: {text}")
         async for data in response.aiter_bytes():
-            now = time.perf_counter()
-            for payload in splitter.feed(data):
-                if payload == DONE:
-                    tally.done = True
-                else:
-                    tally.add(json.loads(payload), now)
+            reader.feed(data, time.perf_counter())
     if tally.error or not tally.done or len(tally.token_times_s) != max_tokens:
         raise RuntimeError(
             f"probe stream incomplete: {len(tally.token_times_s)}/{max_tokens} tokens, "
@@ -123,44 +119,45 @@ async def scrape(client: httpx.AsyncClient, url: str) -> str:
 
 
 def metric(text: str, name: str) -> float | None:
-    """The value of `name` in a Prometheus exposition, summed over label sets; None if absent."""
-    values = [
-        float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)$", text, re.M)
-    ]
-    return sum(values) if values else None
+    """The value of sample `name` in a Prometheus exposition, summed over label sets; None if absent.
+
+    Sum: counters (tokens generated, preemptions) and a histogram's `_sum` / `_count` add up over
+    engines to the server's figure; the gauges read here (KV use, waiting) come from the one-engine
+    server calibration runs against, where the sum is that engine's value. Raises ValueError when
+    the lines of `name` are not Prometheus text."""
+    return MetricsPage.parse(text, (name,)).value(name, "sum")
 
 
 def histogram(text: str, name: str) -> tuple[float, float]:
     """`(sum, count)` of histogram `name` (0, 0 when absent)."""
-    return metric(text, f"{name}_sum") or 0.0, metric(text, f"{name}_count") or 0.0
+    page = MetricsPage.parse(text, (name,))
+    return page.value(f"{name}_sum", "sum") or 0.0, page.value(f"{name}_count", "sum") or 0.0
 
 
 def histogram_buckets(text: str, name: str) -> dict[float, float]:
-    """Cumulative counts of histogram `name` by bucket bound (`+Inf` as inf), summed over label sets."""
-    found: dict[float, float] = {}
-    pattern = rf'^{re.escape(name)}_bucket\{{[^}}]*le="([^"]+)"[^}}]*\}} (\S+)$'
-    for bound, count in re.findall(pattern, text, re.M):
-        found[float(bound)] = found.get(float(bound), 0.0) + float(count)
-    return found
+    """Cumulative counts of histogram `name` by bucket bound (`+Inf` as inf), summed over label sets
+    (the server's histogram, all engines together)."""
+    return MetricsPage.parse(text, (name,)).buckets(name, "sum")
 
 
 def info_labels(text: str, name: str) -> dict[str, str]:
-    """The labels of an info gauge such as `vllm:cache_config_info` (empty when absent)."""
-    found = re.search(rf"^{re.escape(name)}\{{(.*)\}} \S+$", text, re.M)
-    return dict(_LABELS.findall(found.group(1))) if found else {}
+    """The labels of an info gauge such as `vllm:cache_config_info` (its first label set; empty when
+    absent)."""
+    found = MetricsPage.parse(text, (name,)).labels(name)
+    return found[0] if found else {}
 
 
 async def server_info(client: httpx.AsyncClient, url: str) -> ServerInfo:
     """Ask the server what it serves and how big its KV cache is; InputError if it cannot say."""
     base = normalize_url(url)
     try:
-        card = (await client.get(f"{base}/v1/models")).raise_for_status().json()["data"][0]
+        card = first_card(await fetch_models(client, base))
         text = await scrape(client, base)
     except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
         problem = f"{type(exc).__name__}: {exc}"
         raise InputError(f"endpoint {base}: not a vLLM server that answers ({problem})") from exc
-    labels = info_labels(text, "vllm:cache_config_info")
     try:
+        labels = info_labels(text, CACHE_CONFIG)
         blocks, block_size = int(labels["num_gpu_blocks"]), int(labels["block_size"])
     except (KeyError, ValueError) as exc:
         raise InputError(f"endpoint {base}: no usable vllm:cache_config_info on /metrics ({exc})") from exc

@@ -8,22 +8,25 @@ kept (a deliberate mismatch is how one checks that the comparison can fail) and 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from flatshare.errors import InputError
 from flatshare.fidelity.probes import ServerInfo
-from flatshare.sim.config import EngineConfig
+from flatshare.sim.config import DEFAULT_ENGINE, EngineConfig
+from flatshare.sim.options import make_room_settings
 
 DEFAULT_MAKE_ROOM = '{"enabled": true}'
+PROBE_VOCAB_SIZE = 512
+"""Prompt token ids are drawn below this by default: the vocabulary of the tiny test model
+(`flatshare.testing.tiny_model`), so the defaults work against it and any larger model."""
 
 
 @dataclass(frozen=True)
 class EngineSettings:
     block_size: int = 0
     kv_blocks: int = 0
-    max_num_batched_tokens: int = 512
-    max_num_seqs: int = 256
+    max_num_batched_tokens: int = DEFAULT_ENGINE.max_num_batched_tokens
+    max_num_seqs: int = DEFAULT_ENGINE.max_num_seqs
     max_model_len: int = 0
 
     def config(
@@ -51,12 +54,7 @@ class EngineSettings:
             )
         if scheduler == "make-room" and not make_room:
             make_room = DEFAULT_MAKE_ROOM
-        additional = {}
-        if make_room:
-            try:
-                additional = {"make_room": json.loads(make_room)}
-            except json.JSONDecodeError as exc:
-                raise InputError(f"--make-room: not valid JSON ({exc.msg})") from exc
+        additional = {"make_room": make_room_settings(make_room)} if make_room else {}
         config = EngineConfig(
             block_size=block,
             kv_tokens=blocks * block,

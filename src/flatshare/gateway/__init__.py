@@ -6,6 +6,5 @@ Pure parts (no I/O; the simulated cluster uses them too): `routing` (features, s
 `policies` (the routing functions), `calibrate` (thresholds from the first 20% of a run), `scrape`
 (reading vLLM's /metrics), `sse` (event framing). State: `backends`. Edges: `poller`, `tokens`,
 `tenants`, `inbound`, `proxy`, `relay`, `upstream` + `upstream_native` (HTTP clients to the backends),
-`audit`, `metrics`, `app`, `server`, `cli`. Settings: `config`, `configfile`. `canned` is a canned vLLM
-stand-in for benchmarks. Operator guide: docs/gateway.md.
+`audit`, `metrics`, `app`, `server`, `cli`. Settings: `config`, `configfile`. Operator guide: docs/gateway.md.
 """

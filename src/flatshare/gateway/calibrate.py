@@ -12,16 +12,16 @@ thresholds are values that occurred. Nothing after the cutoff is read except the
 fixes the span: changing the values of the last 80% leaves the thresholds unchanged. At least
 `MIN_SAMPLES` of each kind must lie in the prefix.
 
-Inputs (`load_samples`, JSONL files or simulator output folders, one kind per line, mixed freely):
-gateway audit lines (`t`, `input_tokens`, `backends[].kv_usage` of backends not stale; retries skipped),
-request records (`prompt_tokens` at `arrival_s`, the simulator's `requests.jsonl`, or at `send_s`, the
-replay driver's, docs/records.md), engine samples (`t`, `kv_usage`: both tools' `samples.jsonl`). A folder
-(a simulator or replay run) reads its `requests.jsonl` and `samples.jsonl`.
+Inputs (`load_samples`, JSONL files or run folders, one kind per line, mixed freely): gateway audit lines
+(`t`, `input_tokens`, `backends[].kv_usage` of backends not stale; retries skipped), request records
+(`prompt_tokens` at `send_s`; any line with `prompt_tokens` is one, read by the one record reader,
+`flatshare.replay.records`, so an old record is refused with the converter's name), engine samples (`t`,
+`kv_usage`: `samples.jsonl`). A folder (a `flatshare sim` or `flatshare replay` run) reads its
+`requests.jsonl` with `read_records` and its `samples.jsonl`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -30,6 +30,7 @@ from typing import Any
 
 from flatshare.errors import InputError
 from flatshare.gateway.config import ThresholdConfig
+from flatshare.replay.records import ReplayRecord, decode_lines, read_records
 
 KV_FLOOR = 0.05
 KV_CEILING = 0.99
@@ -101,31 +102,31 @@ def load_samples(paths: Iterable[Path]) -> list[CalibrationSample]:
     """Samples from JSONL files and simulator output folders (module docstring)."""
     samples: list[CalibrationSample] = []
     for path in paths:
-        files = [path / "requests.jsonl", path / "samples.jsonl"] if path.is_dir() else [path]
-        for file in files:
-            samples.extend(_read_file(file))
+        if path.is_dir():
+            samples.extend(_record_sample(r) for r in read_records(path / "requests.jsonl"))
+            samples.extend(_read_file(path / "samples.jsonl"))
+        else:
+            samples.extend(_read_file(path))
     return samples
 
 
+def _record_sample(record: ReplayRecord) -> CalibrationSample:
+    return CalibrationSample(float(record.send_s), input_tokens=record.prompt_tokens)
+
+
 def _read_file(path: Path) -> Iterator[CalibrationSample]:
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for where, row in decode_lines(path):
         try:
-            row = json.loads(line)
-            yield from samples_from_row(row)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InputError(
-                f"{path}:{number}: not an audit line, request record or engine sample ({exc})"
-            ) from exc
+            yield from samples_from_row(row, where)
+        except InputError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise InputError(f"{where}: not an audit line, request record or engine sample ({exc})") from exc
 
 
-def samples_from_row(row: dict[str, Any]) -> Iterator[CalibrationSample]:
-    """The samples in one JSON line of any of the three kinds (an audit line of a routing change has none)."""
+def samples_from_row(row: dict[str, Any], where: str = "line") -> Iterator[CalibrationSample]:
+    """The samples in one JSON line of any of the three kinds (an audit line of a routing change has none).
+    A request record is validated by `ReplayRecord.from_json` (InputError prefixed with `where`)."""
     if row.get("kind") == "routing":  # gateway audit: PUT /gateway/routing changed the routing
         return
     if "backends" in row and "input_tokens" in row:  # gateway audit
@@ -136,9 +137,8 @@ def samples_from_row(row: dict[str, Any]) -> Iterator[CalibrationSample]:
         for backend in row["backends"]:
             if backend.get("kv_usage") is not None and not backend.get("stale", False):
                 yield CalibrationSample(t, kv_usage=float(backend["kv_usage"]))
-    elif "prompt_tokens" in row and ("arrival_s" in row or "send_s" in row):  # request record
-        t = row["arrival_s"] if "arrival_s" in row else row["send_s"]
-        yield CalibrationSample(float(t), input_tokens=int(row["prompt_tokens"]))
+    elif "prompt_tokens" in row:  # request record (docs/records.md)
+        yield _record_sample(ReplayRecord.from_json(row, where))
     elif "t" in row and "kv_usage" in row:  # engine sample
         yield CalibrationSample(float(row["t"]), kv_usage=float(row["kv_usage"]))
     else:

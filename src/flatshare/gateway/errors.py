@@ -5,8 +5,9 @@ under in `flatshare_gateway_errors_total`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
+
+from flatshare.protocol.sse import encode_event
 
 ERROR_KINDS = (
     "bad_json",
@@ -55,4 +56,4 @@ class GatewayError(Exception):
 
     def sse_event(self) -> bytes:
         """The error as one server-sent event (`data: {...}`), as vLLM reports a failure mid-stream."""
-        return b"data: " + json.dumps(self.body(), separators=(",", ":")).encode() + b"\n\n"
+        return encode_event(self.body())

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from flatshare.gateway.backends import BackendState
 from flatshare.gateway.scrape import ScrapeError, parse_metrics
 from flatshare.gateway.upstream import Upstream, UpstreamError
+from flatshare.protocol.models import PATH as MODELS_PATH
+from flatshare.protocol.models import model_cards
 
 log = logging.getLogger(__name__)
 MODELS_EVERY = 100
@@ -63,11 +65,8 @@ class Poller:
         return True
 
     async def _fetch_models(self) -> None:
-        answer = await self.client.fetch(f"{self.state.config.url}/v1/models", self.state.poll.timeout_s)
-        cards = json.loads(_body(answer, "/v1/models")).get("data")
-        if not isinstance(cards, list) or not all(isinstance(card, dict) for card in cards):
-            raise ValueError("/v1/models: no list of models under 'data'")
-        self.state.set_models(cards)
+        answer = await self.client.fetch(f"{self.state.config.url}{MODELS_PATH}", self.state.poll.timeout_s)
+        self.state.set_models(model_cards(json.loads(_body(answer, MODELS_PATH))))
         self._since_models = 0
 
     def _fail(self, error: str, refused: bool = False) -> None:

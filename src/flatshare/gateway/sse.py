@@ -5,13 +5,19 @@ blank line, `\\n\\n`, which is how vLLM frames them) and keeps the rest, so if t
 breaks mid-event the client never sees half an event followed by the gateway's error event. It also
 notes the first event that carries a token (for the first-token histogram) and whether the stream
 ended with `data: [DONE]` (a stream that ends without it was cut short).
+
+This is not `flatshare.protocol.sse` (the client-side reader that counts tokens) on purpose: the gateway
+relays upstream bytes unchanged and cuts them only at event ends, so it works on bytes and never
+re-encodes an event; it only peeks at events for its first-token histogram.
 """
 
 from __future__ import annotations
 
 import json
 
-DONE = b"data: [DONE]\n\n"
+from flatshare.protocol.sse import DONE_EVENT
+
+DONE = DONE_EVENT
 _SEPARATOR = b"\n\n"
 
 

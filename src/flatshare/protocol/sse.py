@@ -1,5 +1,12 @@
 """Reading an OpenAI-style completion stream: server-sent events, and how many tokens each carries.
 
+The one client-side reader of streamed completions (the replay driver's `flatshare.replay.stream` and
+the fidelity probes' `flatshare.fidelity.probes` both use it). The gateway's `flatshare.gateway.sse`
+differs on purpose: it relays upstream bytes unchanged, whole events at a time, and only peeks at them.
+
+`StreamReader.feed(bytes, t)` is the loop both clients share: split, decode JSON, tally, note `[DONE]`.
+Servers that write such streams (serve-sim, the gateway's own events) frame them with `encode_event` and
+end them with `DONE_EVENT`.
 `SseSplitter` turns received bytes into the `data:` payloads of complete events (events end with a
 blank line; a payload may arrive split over several reads). `StreamTally` counts output tokens:
 
@@ -15,10 +22,19 @@ blank line; a payload may arrive split over several reads). `StreamTally` counts
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
+# What flatshare's clients ask of a vLLM stream: usage on every chunk, so tokens are counted exactly.
+STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
 DONE = "[DONE]"
+DONE_EVENT = b"data: [DONE]\n\n"
+
+
+def encode_event(data: Any) -> bytes:
+    """One server-sent event carrying `data` as compact JSON (`data: {...}` and a blank line)."""
+    return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
 
 
 class SseSplitter:
@@ -110,3 +126,19 @@ def _usage_tokens(chunk: dict[str, Any]) -> int | None:
         return None
     value = usage.get("completion_tokens")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class StreamReader:
+    """Received bytes of one completion stream into its `tally` (`SseSplitter` + `StreamTally`)."""
+
+    def __init__(self, tally: StreamTally | None = None) -> None:
+        self.tally = tally if tally is not None else StreamTally()
+        self.splitter = SseSplitter()
+
+    def feed(self, data: bytes, t: float) -> None:
+        """Account for bytes that arrived at `t`; ValueError when an event's data is not JSON."""
+        for payload in self.splitter.feed(data):
+            if payload == DONE:
+                self.tally.done = True
+            else:
+                self.tally.add(json.loads(payload), t)

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from flatshare.protocol.sse import STREAM_OPTIONS
 from flatshare.workloads.model import WorkloadRequest
 
-STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
 TABLE_LIMIT = 1 << 20  # vocabularies up to this use a cached table of padded numbers (7 bytes an id)
 _SPACE, _COMMA, _ZERO = ord(" "), ord(","), ord("0")
 

@@ -25,30 +25,17 @@ from typing import Any
 
 import httpx
 
+from flatshare import enginelog
 from flatshare.errors import InputError
 from flatshare.replay.endpoints import Endpoint, discover, normalize_url
 from flatshare.replay.ledger import Ledger
 from flatshare.replay.progress import NullProgress, ReplayProgress
 from flatshare.replay.rundir import prepare, write_run
 from flatshare.replay.wallclock import WallClockOptions, run_in_loop, run_wallclock
+from flatshare.sim.options import EngineOptions
 from flatshare.workloads.model import Workload
 from flatshare.workloads.spec import parse_spec
 from flatshare.workloads.tokens import DEFAULT_VOCAB
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    """The `--sim` engine options, as `flatshare sim` takes them (see `flatshare.cli.engine_options`)."""
-
-    scheduler: str = "vllm"
-    policy: str = "priority"
-    profile: str = ""
-    kv_tokens: int = 0
-    max_num_batched_tokens: int = 512
-    max_num_seqs: int = 256
-    block_size: int = 16
-    cpu_tier_tokens: int = 0
-    make_room: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,7 +71,11 @@ def replay_command(
     engine: EngineOptions | None = None,
     show_progress: bool = True,
 ) -> ReplaySummary:
-    """Replay `workload` (a spec, see `flatshare.workloads.spec`) and write `out`; InputError on bad input."""
+    """Replay `workload` (a spec, see `flatshare.workloads.spec`) and write `out`; InputError on bad input.
+
+    `engine` holds the `--sim` engines' settings (`flatshare.sim.options`; default: `EngineConfig`'s);
+    `max_model_len`, when not 0, replaces theirs. With `--sim`, vLLM's log records go to OUT/engine.log
+    (`flatshare.enginelog`)."""
     if bool(endpoints) == sim:
         raise InputError("give --endpoint URL (one or more) or --sim, not both and not neither")
     if duration < 0 or max_model_len < 0 or grace < 0:
@@ -178,19 +169,16 @@ def _replay_sim(
     grace_s: float,
     show_progress: bool,
 ) -> ReplaySummary:
-    from flatshare.cli.engine_options import engine_from_options
     from flatshare.replay.virtual import run_virtual
     from flatshare.sim.engine import SimEngine
 
     if n_engines < 1:
         raise InputError(f"--sim-engines must be >= 1, got {n_engines}")
-    config, profile = engine_from_options(
-        o.profile, o.scheduler, o.policy, o.kv_tokens, o.max_num_batched_tokens, o.max_num_seqs,
-        max_model_len, o.block_size, o.cpu_tier_tokens, o.make_room,
-    )  # fmt: skip
+    config, profile = dataclasses.replace(o, max_model_len=max_model_len or o.max_model_len).build()
     workload = load_workload(spec, meta["seed"], config.max_model_len, meta["vocab_size"])
     meta |= _workload_meta(workload, config.max_model_len, "virtual")
     engines = [SimEngine(config, profile) for _ in range(n_engines)]
+    enginelog.log_to(out)
     until = meta["duration_s"]
     stop = None if until is None else until + grace_s  # as the wall-clock driver cuts its run
     started = time.perf_counter()

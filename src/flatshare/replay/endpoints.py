@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from flatshare.errors import InputError
+from flatshare.protocol.models import fetch_models, first_model
 
 
 @dataclass(frozen=True)
@@ -59,17 +60,7 @@ async def discover(client: httpx.AsyncClient, url: str) -> Endpoint:
     """Ask `url`'s `/v1/models` what it serves (the first model listed)."""
     base = normalize_url(url)
     try:
-        response = await client.get(f"{base}/v1/models")
-        response.raise_for_status()
-        model, max_len = first_model(response.json())
+        model, max_len = first_model(await fetch_models(client, base))
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
         return Endpoint(base, error=f"/v1/models: {type(exc).__name__}: {exc}")
     return Endpoint(base, model, max_len)
-
-
-def first_model(models: Any) -> tuple[str, int | None]:
-    """The first model of a `/v1/models` answer and its `max_model_len` (None unless an integer);
-    KeyError, IndexError or TypeError when the answer lists none."""
-    card = models["data"][0]
-    max_len = card.get("max_model_len")
-    return str(card["id"]), max_len if isinstance(max_len, int) and not isinstance(max_len, bool) else None

@@ -1,29 +1,17 @@
-"""The replay record format (JSONL, one request a line), shared by both drivers and read by analysis.
+"""The request record format, version 2: one JSON object per request, one a line (`requests.jsonl`).
 
-Version 1. Times are seconds from the start of the run (virtual seconds for the simulator, wall
-seconds for a real endpoint):
+Every writer writes it: `flatshare sim`, `flatshare replay` (`--sim` and against endpoints), the
+experiments. Every reader reads it through `read_records` (or `ReplayRecord.from_json`, line by line).
+The fields, their meaning and the versioning rule: docs/records.md. In short: `version`, `id`,
+`session_id`, `cls`, `priority`, `prompt_tokens`, `max_tokens`, `first_sentence_tokens`, `engine`,
+`send_s`, `token_times_s`, `output_tokens`, `first_token_s`, `first_sentence_s`, `end_s`,
+`finish_reason`, `status` (`ok`, `failed`, `refused`), `error`, and what only the simulator knows:
+`first_scheduled_s`, `wait_s`, `preemptions` (null elsewhere). Times are seconds from the start of the
+run. Every field is always written; the simulator-only ones are null from real endpoints.
 
-| field | type | meaning |
-|---|---|---|
-| `version` | int | record format version (1) |
-| `id`, `session_id`, `cls` | str | request, its session, its class (`voice`, `agent`, `chat`, ...) |
-| `priority` | int | vLLM's meaning: lower is more important |
-| `prompt_tokens`, `max_tokens` | int | sizes as sent |
-| `first_sentence_tokens` | int or null | voice: tokens of the reply's first sentence |
-| `engine` | str | which engine or endpoint served it (behind a flatshare gateway: its `x-flatshare-backend`) |
-| `send_s` | float | when the request was sent |
-| `first_token_s` | float or null | first output token |
-| `first_sentence_s` | float or null | the token that ends the first sentence (voice) |
-| `end_s` | float or null | last token, or when the failure was seen |
-| `token_times_s` | list of float | every output token's time, non-decreasing |
-| `output_tokens` | int | tokens received |
-| `finish_reason` | str or null | `length`, `stop`, `abort`, ... |
-| `status` | str | `ok`, `failed` (error, timeout, cut short) or `refused` (4xx/5xx before any token) |
-| `error` | str or null | what went wrong |
-| `first_scheduled_s` | float or null, optional | simulator only: start of the first step that gave it tokens |
-| `wait_s` | object or null, optional | simulator only: the time before the first token by part (`flatshare.sim.waits`) |
-
-Analysis counts a `failed` or `refused` voice turn as a 30 s turn; it never drops it.
+Files of version 1 (the replay record with `version: 1`, or `flatshare sim`'s record with `arrival_s`
+and `finish_s`) are refused with a one-line error naming the field and the converter, `flatshare records
+upgrade IN OUT` (`flatshare.replay.upgrade`).
 """
 
 from __future__ import annotations
@@ -37,12 +25,15 @@ from typing import Any
 
 from flatshare.errors import InputError
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 STATUSES = ("ok", "failed", "refused")
+UPGRADE_HINT = "convert the file with `flatshare records upgrade IN OUT`"
 
 
 @dataclass
 class ReplayRecord:
+    """One request as written. Mutable: the drivers fill it in while the request runs."""
+
     id: str
     session_id: str
     cls: str
@@ -59,6 +50,7 @@ class ReplayRecord:
     error: str | None = None
     first_scheduled_s: float | None = None
     wait_s: dict[str, float] | None = None
+    preemptions: int | None = None
 
     @property
     def first_token_s(self) -> float | None:
@@ -88,6 +80,7 @@ class ReplayRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str = "record") -> ReplayRecord:
+        """Validate one decoded record (InputError prefixed with `where` naming the first problem)."""
         problems = schema_problems(data)
         if problems:
             raise InputError(f"{where}: {problems[0]}")
@@ -116,13 +109,38 @@ _NULLABLE: dict[str, tuple[type, ...]] = {
     "end_s": (int, float),
     "finish_reason": (str,),
     "error": (str,),
+    "first_scheduled_s": (int, float),
+    "wait_s": (dict,),
+    "preemptions": (int,),
 }
+FIELDS = (*_TYPES, *_NULLABLE)
+
+
+def old_format(data: dict[str, Any]) -> str | None:
+    """Which old record format `data` is (`sim-1`, `replay-1`), or None when it is not an old one."""
+    if "version" not in data and "arrival_s" in data:
+        return "sim-1"
+    if data.get("version") == 1:
+        return "replay-1"
+    return None
+
+
+def _old_format_problem(kind: str) -> str:
+    if kind == "sim-1":
+        what = "field 'arrival_s': an old `flatshare sim` record (version 1; now `send_s`)"
+    else:
+        what = f"field 'version': 1, an old record (this flatshare reads version {RECORD_VERSION})"
+    return f"{what}; {UPGRADE_HINT}"
 
 
 def schema_problems(data: Any) -> list[str]:
-    """Everything wrong with one decoded record (empty when it is valid)."""
+    """Everything wrong with one decoded record (empty when it is valid). An old record gives one problem
+    that names the field and the converter."""
     if not isinstance(data, dict):
         return ["a record must be a JSON object"]
+    kind = old_format(data)
+    if kind is not None:
+        return [_old_format_problem(kind)]
     problems = []
     for name, types in {**_TYPES, **_NULLABLE}.items():
         if name not in data:
@@ -151,21 +169,34 @@ def schema_problems(data: Any) -> list[str]:
     return problems
 
 
+def record_lines(records: Iterable[ReplayRecord]) -> Iterable[str]:
+    """Each record as its line in a record file (keys sorted, newline-terminated)."""
+    for record in records:
+        yield json.dumps(record.to_json(), sort_keys=True) + "\n"
+
+
 def write_records(path: Path, records: Iterable[ReplayRecord]) -> None:
+    """Write a record file (not atomic: callers write to a temporary name and rename)."""
     with path.open("w") as f:
-        for record in records:
-            f.write(json.dumps(record.to_json(), sort_keys=True) + "\n")
+        f.writelines(record_lines(records))
+
+
+def decode_lines(path: Path) -> Iterable[tuple[str, Any]]:
+    """(`path:line`, decoded object) for each non-empty line; InputError for a file that cannot be read
+    or a line that is not JSON."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield f"{path}:{number}", json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
 
 
 def read_records(path: Path) -> list[ReplayRecord]:
     """Read and validate a record file; errors name the file and the line."""
-    out = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
-        out.append(ReplayRecord.from_json(data, f"{path}:{number}"))
-    return out
+    return [ReplayRecord.from_json(data, where) for where, data in decode_lines(path)]

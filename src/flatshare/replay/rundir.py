@@ -1,6 +1,7 @@
 """A replay's output folder: `requests.jsonl` (records), `samples.jsonl` (engine samples), `run.json`.
 
-Both drivers write the same three files (see docs/records.md). Each file is written to a temporary name
+Both drivers write the same three files (see docs/records.md); `flatshare sim` writes the same
+`requests.jsonl` and `samples.jsonl` (`write_samples`) beside its `summary.json`. Each file is written to a temporary name
 and renamed, so a folder never holds a half-written file, even when the run was interrupted.
 
 `samples.jsonl`, one sample a line: `engine` (the record's `engine`: `sim0`, ... or an endpoint URL),
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +56,17 @@ def write_run(
 ) -> dict[str, Any]:
     """Write the three files into `out` (made if needed); returns what went into run.json."""
     prepare(out)
-    _atomic(out / REQUESTS, lambda path: write_records(path, records))
-    lines = [json.dumps({"engine": engine, **s.to_json()}, sort_keys=True) for engine, s in samples]
-    _atomic(out / SAMPLES, lambda path: path.write_text("".join(f"{line}\n" for line in lines)))
+    write_atomic(out / REQUESTS, lambda path: write_records(path, records))
+    write_atomic(out / SAMPLES, lambda path: write_samples(path, samples))
     run = {"run_version": RUN_VERSION, "record_version": RECORD_VERSION, **meta, **run_summary(records)}
-    _atomic(out / RUN, lambda path: path.write_text(json.dumps(run, indent=2, sort_keys=True) + "\n"))
+    write_atomic(out / RUN, lambda path: path.write_text(json.dumps(run, indent=2, sort_keys=True) + "\n"))
     return run
+
+
+def write_samples(path: Path, samples: Iterable[tuple[str, EngineSample]]) -> None:
+    """Write `samples.jsonl`: each sample with its engine's name, keys sorted (not atomic)."""
+    lines = [json.dumps({"engine": engine, **s.to_json()}, sort_keys=True) for engine, s in samples]
+    path.write_text("".join(f"{line}\n" for line in lines))
 
 
 def read_samples(path: Path) -> list[tuple[str, EngineSample]]:
@@ -78,7 +84,12 @@ def read_samples(path: Path) -> list[tuple[str, EngineSample]]:
     return out
 
 
-def _atomic(path: Path, write: Any) -> None:
+def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
+    """Call `write` on a temporary name beside `path`, then rename it into place: `path` is either
+    untouched or complete, also after an error or Ctrl-C (the temporary file is then removed)."""
     tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,69 +1,55 @@
 """Sampling an endpoint's Prometheus `/metrics` into `EngineSample`s while a wall-clock replay runs.
 
-Read from vLLM's metric names: `vllm:kv_cache_usage_perc` (`kv_usage`, 0-1), `vllm:num_requests_running`,
-`vllm:num_requests_waiting`, `vllm:num_preemptions_total`. With several label sets (data-parallel engines)
-counts are summed and KV use is averaged. `cpu_tier_blocks` is 0 (vLLM exports no such metric). A scrape
-that fails or lacks `vllm:kv_cache_usage_perc` gives no sample and is counted in `Sampler.errors`.
+Read from vLLM's metric names (`flatshare.protocol.metrics`): `vllm:kv_cache_usage_perc` (`kv_usage`,
+0-1), `vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:num_preemptions_total`. With several
+label sets (data-parallel engines) counts are summed and KV use is the mean: a sample stands for the
+whole server, as the simulator's one engine does, and with engines of equal size the mean is the share of
+the server's KV cache in use (the gateway, which asks where the next request may land, takes the max
+instead). `cpu_tier_blocks` is 0 (vLLM exports no such metric). A scrape that fails, is not Prometheus
+text or lacks `vllm:kv_cache_usage_perc` gives no sample and is counted in `Sampler.errors`.
 
-The parser reads only the lines of those four names (a vLLM scrape holds hundreds of histogram lines),
-so sampling costs the event loop little while it times tokens.
+Only the lines of those four names are parsed (a vLLM scrape holds hundreds of histogram lines), so
+sampling costs the event loop little while it times tokens.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable
 
 import httpx
 
+from flatshare.protocol.metrics import KV_USAGE, PREEMPTIONS, RUNNING, WAITING, MetricsPage
 from flatshare.sim.records import EngineSample
 
 METRICS = {
-    "vllm:kv_cache_usage_perc": "kv_usage",
-    "vllm:num_requests_running": "running",
-    "vllm:num_requests_waiting": "waiting",
-    "vllm:num_preemptions_total": "preemptions_total",
+    KV_USAGE: "kv_usage",
+    RUNNING: "running",
+    WAITING: "waiting",
+    PREEMPTIONS: "preemptions_total",
 }
 
-_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+def parse_metrics(text: str) -> MetricsPage:
+    """The `METRICS` samples of a Prometheus text exposition; ValueError if it is not one."""
+    return MetricsPage.parse(text, METRICS)
 
 
-def parse_metrics(text: str) -> dict[str, list[float]]:
-    """Values of the `METRICS` names in a Prometheus text exposition, one per label set."""
-    values: dict[str, list[float]] = {}
-    for line in text.splitlines():
-        if not line.startswith("vllm:"):
-            continue
-        name = _NAME.match(line).group()  # type: ignore[union-attr]  # "vllm:" always matches
-        if name not in METRICS:
-            continue
-        rest = line[len(name) :]
-        if rest.startswith("{"):
-            rest = rest[rest.rfind("}") + 1 :]
-        fields = rest.split()
-        try:
-            values.setdefault(name, []).append(float(fields[0]))
-        except (IndexError, ValueError):
-            continue
-    return values
-
-
-def to_sample(values: dict[str, list[float]], t: float) -> EngineSample | None:
+def to_sample(page: MetricsPage, t: float) -> EngineSample | None:
     """The sample at `t`, or None when the KV metric is missing."""
-    kv = values.get("vllm:kv_cache_usage_perc")
-    if not kv:
+    kv = page.value(KV_USAGE, "mean")
+    if kv is None:
         return None
 
     def total(name: str) -> int:
-        return round(sum(values.get(name, [])))
+        return round(page.value(name, "sum") or 0)
 
     return EngineSample(
         t=round(t, 6),
-        kv_usage=round(sum(kv) / len(kv), 6),
-        running=total("vllm:num_requests_running"),
-        waiting=total("vllm:num_requests_waiting"),
-        preemptions_total=total("vllm:num_preemptions_total"),
+        kv_usage=round(kv, 6),
+        running=total(RUNNING),
+        waiting=total(WAITING),
+        preemptions_total=total(PREEMPTIONS),
         cpu_tier_blocks=0,
     )
 

@@ -4,7 +4,7 @@ every token's arrival lands in a `ReplayRecord`.
 The body (built by `flatshare.replay.body`): `prompt` as token ids, `max_tokens`, `priority` (unless disabled), `ignore_eos: true` (so a real
 model runs to `max_tokens`, as the simulator does), `temperature: 0`, `stream: true` and
 `stream_options: {include_usage, continuous_usage_stats}` (vLLM then reports the running token count on
-every chunk, see `flatshare.replay.sse`). The header `X-Request-Id` carries the workload request id (vLLM
+every chunk, see `flatshare.protocol.sse`). The header `X-Request-Id` carries the workload request id (vLLM
 uses it as the base of its own request id, so server logs name the same request).
 
 Outcomes, all recorded (nothing raises): `ok` (the stream ended with `[DONE]` and a finish reason other
@@ -29,11 +29,11 @@ from typing import Any
 
 import httpx
 
+from flatshare.protocol.sse import StreamReader, StreamTally
 from flatshare.replay.body import request_body
 from flatshare.replay.endpoints import Endpoint
 from flatshare.replay.ledger import Clock
 from flatshare.replay.records import ReplayRecord
-from flatshare.replay.sse import DONE, SseSplitter, StreamTally
 from flatshare.replay.timed_net import TimedStream
 from flatshare.workloads.model import WorkloadRequest
 
@@ -88,15 +88,10 @@ async def stream_request(
 async def _read(response: httpx.Response, tally: StreamTally, clock: Clock, net: Any) -> None:
     """Feed the stream to `tally`; a chunk's time is when its last bytes entered the process (the
     timed network stream's `received_s`), else when httpx handed them over."""
-    splitter = SseSplitter()
+    reader = StreamReader(tally)
     encoded = response.headers.get("content-encoding", "identity") != "identity"
     async for data in response.aiter_bytes() if encoded else response.aiter_raw():
-        t = _stamp(clock, getattr(net, "received_s", None), None)
-        for payload in splitter.feed(data):
-            if payload == DONE:
-                tally.done = True
-            else:
-                tally.add(json.loads(payload), t)
+        reader.feed(data, _stamp(clock, getattr(net, "received_s", None), None))
 
 
 def _stamp(clock: Clock, perf_s: float | None, fallback: float | None) -> float:

@@ -120,25 +120,13 @@ def _records(
 ) -> list[ReplayRecord]:
     out = []
     for request_id, request in requests.items():
-        record = engines[served_by[request_id]].records[request_id]
+        engine = engines[served_by[request_id]]
         out.append(
-            ReplayRecord(
-                id=request.id,
+            engine.records[request_id].to_record(
                 session_id=request.session_id,
-                cls=request.cls,
-                priority=request.priority,
-                prompt_tokens=request.prompt_tokens,
-                max_tokens=request.max_tokens,
                 engine=f"sim{served_by[request_id]}",
-                send_s=record.arrival_s,
+                now=engine.now,
                 first_sentence_tokens=request.first_sentence_tokens,
-                token_times_s=list(record.token_times_s),
-                end_s=record.finish_s if record.finish_s is not None else engines[served_by[request_id]].now,
-                finish_reason="length" if record.status == "finished" else None,
-                status="ok" if record.status == "finished" else "failed",
-                error=None if record.status == "finished" else "run ended before the reply",
-                first_scheduled_s=record.first_scheduled_s,
-                wait_s={k: round(v, 6) for k, v in record.wait_s.items()} if record.token_times_s else None,
             )
         )
     return sorted(out, key=lambda r: (r.send_s, r.id))

@@ -2,5 +2,5 @@
 
 `tokenizer`, `protocol` and `openai_format` are pure Python; `runner`, `metrics`, `app` and `server`
 import vLLM (through `flatshare.sim.engine`), so import them only when serving. The entry point is
-`flatshare.serve.server.serve_sim_main`; tests start the server with `flatshare.serve.background`.
+`flatshare.serve.server.serve_sim_main`; tests serve `build_sim_app` in a thread with their kit (`tests/kit/net.py`).
 """

@@ -6,14 +6,14 @@ with the last text, an optional usage-only chunk (`stream_options.include_usage`
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from flatshare.protocol.sse import DONE_EVENT, encode_event
 from flatshare.serve.protocol import ApiError
 
-DONE = b"data: [DONE]\n\n"
+DONE = DONE_EVENT
 
 
 @dataclass(frozen=True)
@@ -50,10 +50,6 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
-def sse(data: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
-
-
 def stream_chunk(meta: ResponseMeta, text: str, finish_reason: str | None, first: bool = False) -> bytes:
     """One streamed chunk carrying `text` (chat: a `delta`, with the role on the first chunk)."""
     if meta.chat:
@@ -67,15 +63,15 @@ def stream_chunk(meta: ResponseMeta, text: str, finish_reason: str | None, first
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
     choice["stop_reason"] = None
-    return sse(meta.envelope([choice], stream=True))
+    return encode_event(meta.envelope([choice], stream=True))
 
 
 def usage_chunk(meta: ResponseMeta, prompt_tokens: int, completion_tokens: int) -> bytes:
-    return sse({**meta.envelope([], stream=True), "usage": usage(prompt_tokens, completion_tokens)})
+    return encode_event({**meta.envelope([], stream=True), "usage": usage(prompt_tokens, completion_tokens)})
 
 
 def error_chunk(message: str) -> bytes:
-    return sse(error_body(ApiError(500, message, "InternalServerError")))
+    return encode_event(error_body(ApiError(500, message, "InternalServerError")))
 
 
 def full_response(

@@ -1,8 +1,9 @@
 """The simulated server's tokenizer: text to stable token ids, and output tokens to words.
 
-Encoding splits text into pieces with the regex `\\w+|[^\\w\\s]` (runs of word characters, and every
-other non-space character on its own); each piece becomes the id
-`4 + int.from_bytes(blake2b(f"{seed}:{piece}")[:8]) % (vocab_size - 4)`. Whitespace is dropped, so
+Encoding splits text into pieces with `flatshare.protocol.tokens.split_words` (runs of word characters,
+and every other non-space character on its own); each piece becomes the id
+`piece_id(f"{seed}:{piece}", vocab_size)`, that is `4 + blake2b-64(f"{seed}:{piece}") % (vocab_size - 4)`
+(ids 0-3 are special). Whitespace is dropped, so
 `"a b"` and `"a  b"` give the same ids. The same text always gives the same ids (across processes and
 machines), so vLLM's prefix cache sees repeated prefixes as a real tokenizer would let it.
 
@@ -12,12 +13,8 @@ vocabulary, preceded by a space, so a completion of n tokens is n words.
 
 from __future__ import annotations
 
-import hashlib
-import re
+from flatshare.protocol.tokens import DEFAULT_VOCAB, check_has_ordinary_ids, hash64, piece_id, split_words
 
-from flatshare.sim.tokens import FIRST_ORDINARY_ID
-
-_PIECE = re.compile(r"\w+|[^\w\s]")
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z")
 _VOWELS = ("a", "e", "i", "o", "u")
 
@@ -30,26 +27,20 @@ def _vocabulary() -> tuple[str, ...]:
 WORDS = _vocabulary()
 
 
-def _hash64(text: str) -> int:
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
-
-
 class SimTokenizer:
     """Deterministic text <-> token ids for the simulated server (see the module docstring)."""
 
-    def __init__(self, seed: int = 0, vocab_size: int = 32000) -> None:
-        if vocab_size <= FIRST_ORDINARY_ID:
-            raise ValueError(f"vocab_size must exceed {FIRST_ORDINARY_ID}")
+    def __init__(self, seed: int = 0, vocab_size: int = DEFAULT_VOCAB) -> None:
+        check_has_ordinary_ids(vocab_size)
         self.seed = seed
         self.vocab_size = vocab_size
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`: one id per word or punctuation piece."""
-        span = self.vocab_size - FIRST_ORDINARY_ID
-        return [FIRST_ORDINARY_ID + _hash64(f"{self.seed}:{piece}") % span for piece in _PIECE.findall(text)]
+        return [piece_id(f"{self.seed}:{piece}", self.vocab_size) for piece in split_words(text)]
 
     def output_text(self, start: int, count: int) -> str:
         """Text of output tokens `start .. start + count - 1` of a request."""
         return "".join(
-            " " + WORDS[_hash64(f"{self.seed}:out:{k}") % len(WORDS)] for k in range(start, start + count)
+            " " + WORDS[hash64(f"{self.seed}:out:{k}") % len(WORDS)] for k in range(start, start + count)
         )

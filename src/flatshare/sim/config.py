@@ -111,3 +111,8 @@ class EngineConfig:
 
     def with_changes(self, **changes: Any) -> EngineConfig:
         return dataclasses.replace(self, **changes)
+
+
+DEFAULT_ENGINE = EngineConfig()
+"""Every engine default, read by the commands' options (`flatshare.sim.options`) and by the fidelity
+settings: change a default in `EngineConfig`, nowhere else."""

@@ -1,6 +1,8 @@
 """Writing a simulation's results: `requests.jsonl`, `samples.jsonl`, `summary.json`.
 
-Files are written to a temporary folder beside DIR and moved into place only when all are complete,
+`requests.jsonl` and `samples.jsonl` are the formats `flatshare replay` writes (docs/records.md): each
+request is its own session (`session_id` is its id) on engine `sim0`, as `flatshare replay --sim` names
+its first engine. Files are written to a temporary folder beside DIR and moved into place only when all are complete,
 so a failed run never leaves half-written output. The summary holds only virtual-time figures, so the
 same inputs and seed give byte-identical files.
 """
@@ -18,8 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from flatshare.replay.records import RECORD_VERSION, ReplayRecord, write_records
+from flatshare.replay.rundir import write_samples
 from flatshare.sim.engine import SimResult
-from flatshare.sim.records import RECORD_VERSION, RequestRecord
+from flatshare.sim.records import SIM_ENGINE, RequestRecord
 
 
 def _percentiles(values: list[float]) -> dict[str, float | None]:
@@ -73,10 +77,9 @@ def summarize(result: SimResult, meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    with path.open("w") as f:
-        for row in rows:
-            f.write(json.dumps(row, sort_keys=True) + "\n")
+def written_records(result: SimResult) -> list[ReplayRecord]:
+    """The run's records as written: each request its own session, on engine `sim0`."""
+    return [r.to_record(session_id=r.id, engine=SIM_ENGINE, now=result.virtual_s) for r in result.records]
 
 
 def write_result(out_dir: Path, result: SimResult, meta: dict[str, Any]) -> dict[str, Any]:
@@ -85,8 +88,8 @@ def write_result(out_dir: Path, result: SimResult, meta: dict[str, Any]) -> dict
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
     try:
-        _write_jsonl(staging / "requests.jsonl", [r.to_json() for r in result.records])
-        _write_jsonl(staging / "samples.jsonl", [s.to_json() for s in result.samples])
+        write_records(staging / "requests.jsonl", written_records(result))
+        write_samples(staging / "samples.jsonl", [(SIM_ENGINE, s) for s in result.samples])
         (staging / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         out_dir.mkdir(exist_ok=True)
         for name in ("requests.jsonl", "samples.jsonl", "summary.json"):

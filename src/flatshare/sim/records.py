@@ -1,11 +1,9 @@
 """What the simulated engine reports: one record per request and engine samples over time.
 
-Record format (`requests.jsonl`, one JSON object a line, times in virtual seconds from the start):
-`id`, `cls`, `priority`, `arrival_s`, `prompt_tokens`, `max_tokens`, `output_tokens`,
-`first_scheduled_s` (first step that gave it tokens), `ttft_s` (first token minus arrival),
-`finish_s` (absolute), `token_times_s` (absolute time of every output token), `preemptions`,
-`status` (`finished`), `wait_s` (where the time before the first token went, by part: see
-`flatshare.sim.waits`). Samples (`samples.jsonl`): `t`, `kv_usage` (0-1, blocks held by requests,
+`RequestRecord` is the engine's own bookkeeping while a request runs (times in virtual seconds from the
+start). It is never written as it is: `RequestRecord.to_record` turns it into the one request record
+format (`flatshare.replay.records`, docs/records.md), the only place that does, for `flatshare sim` and
+the virtual-time replay alike. Samples (`samples.jsonl`): `t`, `kv_usage` (0-1, blocks held by requests,
 as `vllm:kv_cache_usage_perc`), `running`, `waiting`, `preemptions_total`, `cpu_tier_blocks`.
 """
 
@@ -15,7 +13,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-RECORD_VERSION = 1
+from flatshare.replay.records import ReplayRecord
+
+RUNNING, FINISHED = "running", "finished"
+RUN_ENDED = "run ended before the reply"
+SIM_ENGINE = "sim0"  # `flatshare sim`'s one engine, named as `flatshare replay --sim` names its first
 
 
 @dataclass
@@ -32,7 +34,7 @@ class RequestRecord:
     finish_s: float | None = None
     token_times_s: list[float] = field(default_factory=list)
     preemptions: int = 0
-    status: str = "running"
+    status: str = RUNNING
     finish_reason: str | None = None
     wait_s: dict[str, float] = field(default_factory=dict)
 
@@ -40,11 +42,35 @@ class RequestRecord:
     def ttft_s(self) -> float | None:
         return self.token_times_s[0] - self.arrival_s if self.token_times_s else None
 
-    def to_json(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["ttft_s"] = self.ttft_s
-        data["output_tokens"] = len(self.token_times_s)
-        return data
+    def to_record(
+        self, *, session_id: str, engine: str, now: float, first_sentence_tokens: int | None = None
+    ) -> ReplayRecord:
+        """The written form of this request (docs/records.md). `arrival_s` (when it was sent) becomes
+        `send_s`; a finished request is `ok`; any other is `failed` (error: `run ended before the reply`
+        when it was still running as the engines stopped at `now`, else its status, e.g. `aborted`) and
+        ends at `now` unless it has a finish time. `wait_s` is rounded to 6 decimals, null without tokens.
+        `session_id`, `engine` and `first_sentence_tokens` are the caller's to know (`flatshare sim`: the
+        request id, `sim0`, null)."""
+        done = self.status == FINISHED
+        return ReplayRecord(
+            id=self.id,
+            session_id=session_id,
+            cls=self.cls,
+            priority=self.priority,
+            prompt_tokens=self.prompt_tokens,
+            max_tokens=self.max_tokens,
+            engine=engine,
+            send_s=self.arrival_s,
+            first_sentence_tokens=first_sentence_tokens,
+            token_times_s=list(self.token_times_s),
+            end_s=self.finish_s if self.finish_s is not None else now,
+            finish_reason=self.finish_reason,
+            status="ok" if done else "failed",
+            error=None if done else (RUN_ENDED if self.status == RUNNING else self.status),
+            first_scheduled_s=self.first_scheduled_s,
+            wait_s={k: round(v, 6) for k, v in self.wait_s.items()} if self.token_times_s else None,
+            preemptions=self.preemptions,
+        )
 
 
 @dataclass(frozen=True)

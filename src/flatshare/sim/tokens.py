@@ -3,7 +3,8 @@
 Each stream key (a `prefix_group`, or a request id when there is none) names one endless,
 seeded token sequence; a request takes the first `prompt_tokens` ids of its stream. Two requests
 of the same group therefore share their first `min(len_a, len_b)` tokens, which is what vLLM's
-prefix cache needs to see (an agent's next call extends its previous context).
+prefix cache needs to see (an agent's next call extends its previous context). Ids lie in
+`[FIRST_ID, vocab_size)` (`flatshare.protocol.tokens`: ids 0-3 are special).
 """
 
 from __future__ import annotations
@@ -12,15 +13,14 @@ import hashlib
 
 import numpy as np
 
-FIRST_ORDINARY_ID = 4  # ids 0-3 are left to special tokens
+from flatshare.protocol.tokens import DEFAULT_VOCAB, FIRST_ID, check_has_ordinary_ids
 
 
 class TokenStreams:
     """Seeded token streams keyed by name; ids lie in [4, vocab_size)."""
 
-    def __init__(self, seed: int = 0, vocab_size: int = 32000) -> None:
-        if vocab_size <= FIRST_ORDINARY_ID:
-            raise ValueError(f"vocab_size must exceed {FIRST_ORDINARY_ID}")
+    def __init__(self, seed: int = 0, vocab_size: int = DEFAULT_VOCAB) -> None:
+        check_has_ordinary_ids(vocab_size)
         self._seed = seed
         self._vocab = vocab_size
         self._streams: dict[str, np.ndarray] = {}
@@ -36,4 +36,4 @@ class TokenStreams:
     def _generate(self, key: str, n: int) -> np.ndarray:
         digest = hashlib.sha256(f"{self._seed}:{key}".encode()).digest()
         rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
-        return rng.integers(FIRST_ORDINARY_ID, self._vocab, size=n, dtype=np.int64)
+        return rng.integers(FIRST_ID, self._vocab, size=n, dtype=np.int64)

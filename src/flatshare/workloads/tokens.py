@@ -8,23 +8,24 @@ A prompt is kept compact, as a tuple of spans, and turned into token ids only wh
 - `TextSpan(text)`: one id per piece of the simple tokenizer (`split_words`), each id a hash of the piece, so
   equal texts give equal ids and equal words give equal ids.
 
-Ids lie in `[FIRST_ID, vocab)`: ids 0..3 are the special tokens of common tokenizers (pad, bos, eos, unk).
-Nothing here uses Python's `hash()`, so ids are the same in every process and on every machine.
+Ids lie in `[FIRST_ID, vocab)` and text pieces hash as `flatshare.protocol.tokens` says (ids 0..3 are the
+special tokens of common tokenizers; no Python `hash()`, so ids are the same in every process and machine).
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-DEFAULT_VOCAB = 32000
-FIRST_ID = 4
+from flatshare.protocol.tokens import DEFAULT_VOCAB as DEFAULT_VOCAB
+from flatshare.protocol.tokens import FIRST_ID as FIRST_ID
+from flatshare.protocol.tokens import piece_id
+from flatshare.protocol.tokens import split_words as split_words
+
 MIN_VOCAB = 16
-WORD_PATTERN = re.compile(r"\w+|[^\w\s]")
 
 
 def check_vocab(vocab: int) -> int:
@@ -32,15 +33,6 @@ def check_vocab(vocab: int) -> int:
     if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < MIN_VOCAB:
         raise ValueError(f"vocab size must be an integer >= {MIN_VOCAB}, got {vocab!r}")
     return vocab
-
-
-def split_words(text: str) -> list[str]:
-    """The simple tokenizer: runs of word characters, and each other non-space character alone.
-
-    `"Hello, world!"` -> `["Hello", ",", "world", "!"]`. Its counts stand in for a model's token counts (they
-    run a little lower than BPE counts on English prose).
-    """
-    return WORD_PATTERN.findall(text)
 
 
 @dataclass(frozen=True)
@@ -89,9 +81,7 @@ class TextSpan:
         """The ids of the first `length` pieces, as int64, in `[FIRST_ID, vocab)`."""
         check_vocab(vocab)
         pieces = split_words(self.text)[: self.length]
-        span = vocab - FIRST_ID
-        values = [FIRST_ID + _piece_hash(p) % span for p in pieces]
-        return np.array(values, dtype=np.int64)
+        return np.array([piece_id(p, vocab) for p in pieces], dtype=np.int64)
 
     def head(self, n: int) -> TextSpan:
         """The first `n` pieces of this text."""
@@ -99,10 +89,6 @@ class TextSpan:
 
 
 PromptSpan = Span | TextSpan
-
-
-def _piece_hash(piece: str) -> int:
-    return int.from_bytes(hashlib.blake2b(piece.encode(), digest_size=8).digest(), "little")
 
 
 def prompt_length(spans: Iterable[PromptSpan]) -> int:

@@ -1,6 +1,6 @@
 """A canned vLLM stand-in for measuring the gateway itself (benchmarks/gateway_overhead.py).
 
-`python -m flatshare.gateway.canned --port P [--tokens 16] [--interval-ms 1]`: a raw asyncio HTTP/1.1
+`python benchmarks/canned_vllm.py --port P [--tokens 16] [--interval-ms 1]`: a raw asyncio HTTP/1.1
 keep-alive server. `POST /v1/completions` (any body) streams `--tokens` SSE token events `--interval-ms`
 apart, one chunked write each as vLLM streams, then `data: [DONE]`; `GET /metrics` answers vLLM's KV and
 queue gauges (fixed values), `/health` and `/v1/models` what the gateway's poller needs. It spends a few

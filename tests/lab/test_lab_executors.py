@@ -1,0 +1,87 @@
+"""The shared experiment framework without vLLM: executors report failed jobs (condition and seed) while
+the others complete, run follow-up jobs, and run folders appear whole or not at all."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flatshare.errors import InputError
+from flatshare.lab.executors import LocalExecutor, make_executor
+from flatshare.lab.jobs import Job, JobFailure, JobsFailed
+from flatshare.lab.rundir import atomic_folder, read_json, read_jsonl, write_json, write_jsonl
+
+
+def square_unless_bad(job: Job[int]) -> int:
+    if job.condition == "bad":
+        raise ValueError(f"no run for seed {job.seed}")
+    return job.params * job.params
+
+
+JOBS = [Job("good", 0, 2), Job("bad", 3, 0), Job("good", 1, 5)]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_failing_job_is_reported_with_its_condition_and_seed_while_the_others_complete(
+    workers: int,
+) -> None:
+    done: list[tuple[str, int, JobFailure | None]] = []
+    failures = LocalExecutor(workers).run(
+        JOBS, square_unless_bad, lambda j, f: done.append((j.condition, j.seed, f))
+    )
+    assert failures == [JobFailure("bad", 3, "ValueError: no run for seed 3")]
+    assert sorted((c, s) for c, s, f in done if f is None) == [("good", 0), ("good", 1)]
+    assert len(done) == 3
+    assert "bad seed 3: ValueError" in str(JobsFailed(failures))
+
+
+def then_one_more(job: Job[int], result: Any) -> list[Job[int]]:
+    return [Job("follow", job.seed, result)] if job.condition == "good" else []
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_follow_up_jobs_run_after_the_job_that_releases_them(workers: int) -> None:
+    seen: list[str] = []
+    failures = LocalExecutor(workers).run(
+        [Job("good", 0, 3)],
+        square_unless_bad,
+        lambda j, f: seen.append(f"{j.condition}:{j.params}"),
+        then_one_more,
+    )
+    assert failures == [] and seen == ["good:3", "follow:9"]
+
+
+def test_executor_options_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert make_executor("local", 1) == LocalExecutor(1)
+    with pytest.raises(InputError, match="--executor must be one of local, ray"):
+        make_executor("threads")
+    with pytest.raises(InputError, match="--ray-address: only with --executor ray"):
+        make_executor("local", ray_address="127.0.0.1:6379")
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find_spec(name, *a)
+    )
+    with pytest.raises(
+        InputError, match=r"Ray is not installed; install the extra: pip install -e '\.\[ray\]'"
+    ):
+        make_executor("ray")
+
+
+def test_a_run_folder_appears_whole_or_not_at_all(tmp_path: Path) -> None:
+    target = tmp_path / "runs" / "x" / "s0"
+    with pytest.raises(RuntimeError), atomic_folder(target) as folder:
+        write_json(folder / "run.json", {"a": 1})
+        raise RuntimeError("crash mid-run")
+    assert not target.exists() and list(target.parent.iterdir()) == []
+    for value in (1, 2):  # a second run of the same job replaces the first
+        with atomic_folder(target) as folder:
+            write_json(folder / "run.json", {"a": value})
+            write_jsonl(folder / "rows.jsonl", [{"b": value, "a": 0}])
+    assert read_json(target / "run.json") == {"a": 2}
+    assert (target / "rows.jsonl").read_text() == '{"a": 0, "b": 2}\n'
+    assert read_jsonl(target / "rows.jsonl") == [{"a": 0, "b": 2}]
+    assert [p.name for p in target.parent.iterdir()] == ["s0"]
+    assert (target / "run.json").read_text() == '{\n  "a": 2\n}\n'
