@@ -3,13 +3,13 @@
 `fit`: runs `alone` and `vllm-priority` (2 callers) for every point of a grid over the parameters the first
 seed does not state (max model length, CPU-tier size, vLLM's admission rule, the API pass, the voice agent's
 system prompt) and ranks the points by their distance to the seed's stock rows only
-(`flatshare.analysis.seed_table`, rows marked fitted): squared log ratio for times, squared difference in
+(`flatshare.colocation.seed_table`, rows marked fitted): squared log ratio for times, squared difference in
 tens of points for shares of turns.
 
 `refine`: re-runs the best points of a `fit` table with more seeds and longer runs (the grid's ranking is
 noisy at 2 seeds), ranked the same way.
 
-`sensitivity`: from the preset (`flatshare.experiments.setup.SEED`), changes one parameter at a time and
+`sensitivity`: from the preset (`flatshare.colocation.setup.SEED`), changes one parameter at a time and
 reports the stock baseline's and make-room T=48's voice p95, turns over target and KV share of the wait.
 
     .venv/bin/python tools/seed_fit.py fit --out docs/results/colocation/seed-fit.md
@@ -30,11 +30,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from flatshare.analysis.colocation import summarize
-from flatshare.analysis.seed_table import SEED_ROWS
-from flatshare.experiments.colocation import MAIN_CONDITIONS, ColocationPlan, run_plan
-from flatshare.experiments.runs import load_runs
-from flatshare.experiments.setup import SEED, Setup
+from flatshare.colocation.experiment import MAIN_CONDITIONS, ColocationPlan, run_plan
+from flatshare.colocation.runs import load_runs
+from flatshare.colocation.seed_table import SEED_ROWS
+from flatshare.colocation.setup import SEED, Setup
+from flatshare.colocation.summary import summarize
 
 GRID: dict[str, tuple[Any, ...]] = {
     "max_model_len": (16384, 32768),

@@ -66,7 +66,11 @@ def test_gateway_help_lists_its_options_in_both_entry_points() -> None:
         [sys.executable, "-m", "flatshare.gateway", "--help"], capture_output=True, text=True, timeout=120
     )
     assert alone.returncode == 0, alone.stderr
-    assert "gateway" in alone.stdout and "calibrate" in alone.stdout and "serve-sim" not in alone.stdout
+    assert (
+        "gateway" in alone.stdout
+        and "calibrate-thresholds" in alone.stdout
+        and "serve-sim" not in alone.stdout
+    )
 
 
 def test_the_packages_do_not_import_the_cli() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from flatshare.fidelity.compare import Bounds, compare, relative, verdict
-from flatshare.fidelity.metrics import run_metrics, samples_of
+from flatshare.fidelity.measures import run_metrics, samples_of
 from flatshare.replay.records import ReplayRecord
 from flatshare.sim.records import EngineSample
 

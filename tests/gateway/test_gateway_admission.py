@@ -12,8 +12,8 @@ import pytest
 from flatshare.gateway.config import BackendConfig, GatewayConfig, TenantConfig, TokenConfig
 from flatshare.gateway.errors import GatewayError
 from flatshare.gateway.inbound import parse_inbound
+from flatshare.gateway.input_count import CHAT_MESSAGE_OVERHEAD, TokenCounter, estimate
 from flatshare.gateway.tenants import Tenants
-from flatshare.gateway.tokens import CHAT_MESSAGE_OVERHEAD, TokenCounter, estimate
 from flatshare.gateway.upstream import UpstreamError
 
 BACKENDS = (BackendConfig("http://a:1"),)

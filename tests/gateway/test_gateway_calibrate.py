@@ -156,11 +156,13 @@ def test_calibrate_command_prints_and_saves(tmp_path: Path) -> None:
     samples = _jsonl(tmp_path / "samples.jsonl", [{"t": i, "kv_usage": i / 100} for i in range(100)])
     config = tmp_path / "gw.toml"
     config.write_text('# keep me\n[[backends]]\nurl = "http://a:1"\n')
-    result = CliRunner().invoke(app, ["calibrate", str(requests), str(samples), "--config", str(config)])
+    result = CliRunner().invoke(
+        app, ["calibrate-thresholds", str(requests), str(samples), "--config", str(config)]
+    )
     assert result.exit_code == 0, result.output
     assert "input_tokens = 1170" in result.output and "kv_usage = 0.15" in result.output
     saved = load_config(config).thresholds
     assert (saved.input_tokens, saved.kv_usage) == (1170, 0.15)
     assert str(requests) in saved.calibrated_from and "# keep me" in config.read_text()
-    missing = CliRunner().invoke(app, ["calibrate", str(tmp_path / "nope.jsonl")])
+    missing = CliRunner().invoke(app, ["calibrate-thresholds", str(tmp_path / "nope.jsonl")])
     assert missing.exit_code == 2 and "cannot read" in missing.output

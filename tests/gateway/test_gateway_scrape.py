@@ -8,7 +8,7 @@ import pytest
 
 from flatshare.gateway.scrape import WANTED, ScrapeError, parse_metrics
 from flatshare.gateway.sse import DONE, EventFramer, carries_token
-from flatshare.protocol.metrics import select_lines
+from flatshare.protocol.prometheus import select_lines
 
 VLLM_PAGE = """\
 # HELP python_gc_objects_collected_total Objects collected during gc

@@ -8,10 +8,10 @@ import math
 
 import pytest
 
-from flatshare.protocol.metrics import MetricsPage, combine, kv_capacity_tokens
 from flatshare.protocol.models import first_model, model_cards
+from flatshare.protocol.prometheus import MetricsPage, combine, kv_capacity_tokens
+from flatshare.protocol.prompt_ids import FIRST_ID, piece_id, split_words
 from flatshare.protocol.sse import StreamReader
-from flatshare.protocol.tokens import FIRST_ID, piece_id, split_words
 
 PAGE = """\
 # TYPE vllm:kv_cache_usage_perc gauge

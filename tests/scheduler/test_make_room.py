@@ -399,8 +399,8 @@ def test_a_turn_behind_an_agent_whose_load_just_finished_is_acted_for() -> None:
     # requests holding loaded KV first; an agent whose CPU-tier load had just finished was the request vLLM
     # would try, make-room acted only for it (nothing to do: same priority as the running agents), and the
     # voice turn waited 2.6 s while a running agent's prefill took every step's budget.
-    from flatshare.experiments.colocation import MAIN_CONDITIONS, ColocationPlan, engine_config, workload_spec
-    from flatshare.experiments.setup import SEED
+    from flatshare.colocation.experiment import MAIN_CONDITIONS, ColocationPlan, engine_config, workload_spec
+    from flatshare.colocation.setup import SEED
     from flatshare.replay.virtual import run_virtual
     from flatshare.workloads.spec import parse_spec
 

@@ -38,7 +38,7 @@ import httpx
 import pytest
 
 from flatshare.fidelity.probes import histogram_buckets, metric
-from flatshare.protocol.tokens import FIRST_ID
+from flatshare.protocol.prompt_ids import FIRST_ID
 from flatshare.testing.tiny_model import make_tiny_model
 from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
 

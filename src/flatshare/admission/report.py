@@ -8,9 +8,9 @@ from typing import Any
 
 from flatshare.admission import figures
 from flatshare.admission.attribution import AttributionConfig, live_event, pressure_events
-from flatshare.admission.compare import RESAMPLES
 from flatshare.admission.runs import SavedRun, load_runs
 from flatshare.admission.summary import summarize
+from flatshare.lab.compare import RESAMPLES
 
 COLUMNS = (
     ("short_ttft_p95_s", "short TTFT p95 s"),

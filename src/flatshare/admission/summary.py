@@ -17,9 +17,8 @@ from typing import Any
 import numpy as np
 
 from flatshare.admission.attribution import AttributionConfig, PressureEvent, has_occupancy, pressure_events
-from flatshare.admission.compare import Comparison, mean_ci, paired_bootstrap_p95, paired_over_replicates
 from flatshare.admission.evidence import decision_rows, top_events
-from flatshare.admission.metrics import FAILED_TTFT_S, RunMetrics, run_metrics, slowdown_vs_alone
+from flatshare.admission.measures import FAILED_TTFT_S, RunMetrics, run_metrics, slowdown_vs_alone
 from flatshare.admission.plan import (
     SHORT_MAX_TOKENS,
     SYNTHETIC_BASELINE,
@@ -32,7 +31,8 @@ from flatshare.admission.runs import SavedRun
 from flatshare.admission.synthetic import ALONE
 from flatshare.admission.synthetic import MAIN as SYNTHETIC_MAIN
 from flatshare.admission.traces import calibrate_from_run
-from flatshare.analysis.stats import bootstrap_ci, percentile
+from flatshare.lab.compare import Comparison, mean_ci, paired_bootstrap_p95, paired_over_replicates
+from flatshare.lab.stats import bootstrap_ci, percentile
 
 SUMMARY_VERSION = 1
 MAX_DECISION_ROWS = 50  # per workload

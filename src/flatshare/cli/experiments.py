@@ -85,10 +85,10 @@ def experiment_colocation(
     ray_address: RayAddressOption = None,
 ) -> None:
     """A voice agent beside coding agents under vLLM's stock scheduler and make-room variants, on the
-    first seed's setup (`flatshare.experiments.setup.SEED`) unless an option changes it."""
-    from flatshare.analysis.report import build_report
-    from flatshare.experiments.colocation import QUICK, ColocationPlan, pick_conditions, run_plan
-    from flatshare.experiments.setup import SEED
+    first seed's setup (`flatshare.colocation.setup.SEED`) unless an option changes it."""
+    from flatshare.colocation.experiment import QUICK, ColocationPlan, pick_conditions, run_plan
+    from flatshare.colocation.report import build_report
+    from flatshare.colocation.setup import SEED
     from flatshare.lab.executors import make_executor
 
     rules = {"full-prompt": True, "first-chunk": False, None: SEED.reserve_full_isl}
@@ -266,7 +266,7 @@ def report(
     out: Annotated[Path, typer.Argument(help="An experiment folder with runs/ inside.")],
 ) -> None:
     """Rebuild summary.json, report.md and the figures of an experiment from its saved runs."""
-    from flatshare.analysis.report import build_report
+    from flatshare.colocation.report import build_report
 
     if not (out / "runs").is_dir():
         fail(f"{out}: no runs/ folder (not an experiment output)")

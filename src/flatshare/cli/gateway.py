@@ -1,4 +1,4 @@
-"""`flatshare gateway` and `flatshare calibrate` (bodies in `flatshare.gateway.command`).
+"""`flatshare gateway` and `flatshare calibrate-thresholds` (bodies in `flatshare.gateway.command`).
 
 `python -m flatshare.gateway` runs these two commands on a small app of their own.
 """
@@ -54,8 +54,8 @@ def gateway(
         fail(str(exc))
 
 
-@app.command()
-def calibrate(
+@app.command("calibrate-thresholds")
+def calibrate_thresholds(
     run: Annotated[
         list[Path],
         typer.Argument(

@@ -1,4 +1,4 @@
-"""`flatshare sim`, `serve-sim` and `demo` (bodies in `flatshare.sim.command` and `flatshare.demo`)."""
+"""`flatshare sim`, `serve-sim` and `probe` (bodies in `flatshare.sim.command` and `flatshare.probe`)."""
 
 from __future__ import annotations
 
@@ -92,18 +92,19 @@ def serve_sim(
 
 
 @app.command()
-def demo(
-    out: Annotated[Path, typer.Option(help="Output folder for each case's records.")] = Path("out/demo"),
+def probe(
+    out: Annotated[Path, typer.Option(help="Output folder for each case's records.")] = Path("out/probe"),
     profile: ProfileOpt = ENGINE.profile,
 ) -> None:
-    """The main job on the simulated engine: a voice turn beside two agents that fill the KV cache."""
+    """The seed's probe on the simulated engine: one voice turn beside two agents that fill the KV cache
+    (the main job is `flatshare experiment colocation`)."""
     from rich.console import Console
     from rich.table import Table
 
-    from flatshare.demo import run_demo
+    from flatshare.probe import run_probe
 
     try:
-        step_profile, rows = run_demo(out, profile)
+        step_profile, rows = run_probe(out, profile)
     except InputError as exc:
         fail(str(exc))
     table = Table(title=f"voice turn beside two 16k-token agents (simulated, profile {step_profile.name})")

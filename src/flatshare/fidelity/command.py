@@ -22,7 +22,7 @@ from flatshare.errors import InputError
 from flatshare.fidelity.calibrate import CalibrationPlan, check_kv, run_probes
 from flatshare.fidelity.compare import Bounds, compare
 from flatshare.fidelity.fit import Probe, fit_probes
-from flatshare.fidelity.metrics import means
+from flatshare.fidelity.measures import means
 from flatshare.fidelity.probes import ServerInfo, server_info
 from flatshare.fidelity.profile_file import build_profile, write_profile
 from flatshare.fidelity.report import FidelityResult, write_report

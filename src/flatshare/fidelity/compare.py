@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flatshare.fidelity.metrics import RunMetrics
+from flatshare.fidelity.measures import RunMetrics
 
 CHECKED = ("ttft_p50", "ttft_p95", "tpot_p50", "tpot_p95")
 RUN_WIDE = ("preemptions", "kv_use_mean")

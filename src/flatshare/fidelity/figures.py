@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from flatshare.fidelity.metrics import samples_of
+from flatshare.fidelity.measures import samples_of
 from flatshare.fidelity.runs import RunData
 
 PANELS = (("ttft", "time to first token (s)"), ("gap", "inter-token gap (s)"), ("e2e", "end to end (s)"))

@@ -16,10 +16,10 @@ from typing import Any
 import httpx
 
 from flatshare.errors import InputError
-from flatshare.protocol.metrics import CACHE_CONFIG, MetricsPage
 from flatshare.protocol.models import fetch_models, first_card
+from flatshare.protocol.prometheus import CACHE_CONFIG, MetricsPage
+from flatshare.protocol.prompt_ids import FIRST_ID
 from flatshare.protocol.sse import STREAM_OPTIONS, StreamReader
-from flatshare.protocol.tokens import FIRST_ID
 from flatshare.replay.endpoints import normalize_url
 
 

@@ -2,7 +2,7 @@
 
 `fidelity.json` (version 1): `meta` (workload spec and seed, scheduler, the simulator's engine
 settings, the profile, the server's settings and any `mismatches` between the two, the bounds),
-`runs` (per run: folder, metrics of `flatshare.fidelity.metrics`, client-side means, and for real runs
+`runs` (per run: folder, metrics of `flatshare.fidelity.measures`, client-side means, and for real runs
 the server's own means), `rows` (`flatshare.fidelity.compare.Row`s), `verdict`, and `diagnostics`:
 the profile's fitted request latency and how the TTFT errors would read with it added to the simulator.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from flatshare.fidelity.compare import Row, relative, verdict
 from flatshare.fidelity.figures import cdf_figure
-from flatshare.fidelity.metrics import means
+from flatshare.fidelity.measures import means
 from flatshare.fidelity.runs import RunData
 
 REPORT_VERSION = 1

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from flatshare.fidelity.metrics import RunMetrics, run_metrics
+from flatshare.fidelity.measures import RunMetrics, run_metrics
 from flatshare.fidelity.probes import ServerInfo, histogram, metric, scrape, stream_completion, unique_prompt
 from flatshare.replay.command import load_workload, replay_command
 from flatshare.replay.records import ReplayRecord, read_records

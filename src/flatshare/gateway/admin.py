@@ -21,8 +21,8 @@ from starlette.responses import JSONResponse, Response
 from flatshare.errors import InputError
 from flatshare.gateway.audit import AuditLog
 from flatshare.gateway.errors import GatewayError
-from flatshare.gateway.metrics import GatewayMetrics
 from flatshare.gateway.switch import RoutingConfig, RoutingSwitch, apply_change
+from flatshare.gateway.telemetry import GatewayMetrics
 
 ROUTING_KIND = "routing"
 

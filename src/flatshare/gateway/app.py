@@ -31,12 +31,12 @@ from flatshare.gateway.admin import RoutingRoutes
 from flatshare.gateway.audit import AuditLog, backend_fields
 from flatshare.gateway.backends import BackendPool
 from flatshare.gateway.config import GatewayConfig
-from flatshare.gateway.metrics import CONTENT_TYPE, GatewayMetrics
+from flatshare.gateway.input_count import TokenCounter
 from flatshare.gateway.poller import Poller
 from flatshare.gateway.proxy import Proxy, ProxyParts
 from flatshare.gateway.switch import RoutingConfig, RoutingSwitch
+from flatshare.gateway.telemetry import CONTENT_TYPE, GatewayMetrics
 from flatshare.gateway.tenants import Tenants
-from flatshare.gateway.tokens import TokenCounter
 from flatshare.gateway.upstream import make_upstream, resolve_client
 
 log = logging.getLogger("flatshare.gateway")

@@ -7,7 +7,7 @@ policies without), `backends` (every configured backend at that moment: `name`, 
 `scrape_age_s` (null before any good scrape), `running`, `waiting`, `healthy`, `stale`), `candidates`
 (the names the policy could choose from), `preferred`, `backend` (null when none was left), `reason`,
 `attempt` (1, then 2, 3, ... when a request is re-sent after a backend failed it).
-`flatshare calibrate` reads these files back (`calibrate.samples_from_audit`).
+`flatshare calibrate-thresholds` reads these files back (`calibrate.samples_from_audit`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from flatshare.gateway.input_count import TokenCount
 from flatshare.gateway.routing import BackendSnapshot, RoutingDecision, Thresholds
 from flatshare.gateway.tenants import Admission
-from flatshare.gateway.tokens import TokenCount
 
 
 def _number(value: float | None) -> float | None:

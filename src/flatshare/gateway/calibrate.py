@@ -1,4 +1,4 @@
-"""Calibrating the threshold rule from the first part of a recorded run (`flatshare calibrate`).
+"""Calibrating the threshold rule from the first part of a recorded run (`flatshare calibrate-thresholds`).
 
 Rule. Let the run span `[t0, t_end]` (its first and last sample times) and `cutoff = t0 + fraction *
 (t_end - t0)` (fraction 0.2: the first 20% by time). From the samples at or before `cutoff` only:

@@ -1,4 +1,4 @@
-"""`flatshare gateway` and `flatshare calibrate`: the command bodies, with plain arguments.
+"""`flatshare gateway` and `flatshare calibrate-thresholds`: the command bodies, with plain arguments.
 
 The CLI (`flatshare.cli.gateway`) maps its options onto these functions and turns `InputError` into
 a one-line error (exit 2). Options map onto the config file's keys (`--backend` replaces the file's

@@ -34,12 +34,12 @@ from flatshare.gateway.backends import BackendPool, BackendState
 from flatshare.gateway.config import GatewayConfig
 from flatshare.gateway.errors import GatewayError
 from flatshare.gateway.inbound import Inbound, parse_inbound, read_body
-from flatshare.gateway.metrics import NO_BACKEND, GatewayMetrics
+from flatshare.gateway.input_count import TokenCount, TokenCounter
 from flatshare.gateway.relay import response_headers, send_stream, send_whole
 from flatshare.gateway.routing import RequestFeatures, RoutingDecision
 from flatshare.gateway.switch import RoutingSwitch
+from flatshare.gateway.telemetry import NO_BACKEND, GatewayMetrics
 from flatshare.gateway.tenants import Admission, Tenants
-from flatshare.gateway.tokens import TokenCount, TokenCounter
 from flatshare.gateway.upstream import Upstream, UpstreamError
 
 RETRY_STATUSES = frozenset({500, 502, 503, 504})

@@ -16,9 +16,9 @@ from starlette.types import Send
 
 from flatshare.gateway.backends import BackendState
 from flatshare.gateway.errors import GatewayError
-from flatshare.gateway.metrics import GatewayMetrics
 from flatshare.gateway.routing import RoutingDecision
 from flatshare.gateway.sse import DONE, EventFramer
+from flatshare.gateway.telemetry import GatewayMetrics
 from flatshare.gateway.upstream import UpstreamError, UpstreamResponse
 
 _DROP_HEADERS = frozenset(

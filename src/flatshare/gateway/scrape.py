@@ -1,4 +1,4 @@
-"""Reading the few vLLM metrics a router needs out of a /metrics page (`flatshare.protocol.metrics`).
+"""Reading the few vLLM metrics a router needs out of a /metrics page (`flatshare.protocol.prometheus`).
 
 Scraped every 100 ms per backend, so only the wanted families are parsed (`WANTED`).
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flatshare.protocol.metrics import (
+from flatshare.protocol.prometheus import (
     CACHE_CONFIG,
     KV_USAGE,
     RUNNING,

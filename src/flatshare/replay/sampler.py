@@ -1,6 +1,6 @@
 """Sampling an endpoint's Prometheus `/metrics` into `EngineSample`s while a wall-clock replay runs.
 
-Read from vLLM's metric names (`flatshare.protocol.metrics`): `vllm:kv_cache_usage_perc` (`kv_usage`,
+Read from vLLM's metric names (`flatshare.protocol.prometheus`): `vllm:kv_cache_usage_perc` (`kv_usage`,
 0-1), `vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:num_preemptions_total`. With several
 label sets (data-parallel engines) counts are summed and KV use is the mean: a sample stands for the
 whole server, as the simulator's one engine does, and with engines of equal size the mean is the share of
@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import httpx
 
-from flatshare.protocol.metrics import KV_USAGE, PREEMPTIONS, RUNNING, WAITING, MetricsPage
+from flatshare.protocol.prometheus import KV_USAGE, PREEMPTIONS, RUNNING, WAITING, MetricsPage
 from flatshare.sim.records import EngineSample
 
 METRICS = {

@@ -21,7 +21,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from flatshare.serve.metrics import CONTENT_TYPE, ServeMetrics
 from flatshare.serve.openai_format import (
     DONE,
     ResponseMeta,
@@ -41,6 +40,7 @@ from flatshare.serve.protocol import (
     parse_tokenize,
 )
 from flatshare.serve.runner import RequestHandle, WallClockRunner
+from flatshare.serve.telemetry import CONTENT_TYPE, ServeMetrics
 from flatshare.serve.tokenizer import SimTokenizer
 
 Parser = Callable[[dict[str, Any], SimTokenizer, ServedModel], GenerationRequest]

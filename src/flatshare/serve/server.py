@@ -6,9 +6,9 @@ import uvicorn
 from starlette.applications import Starlette
 
 from flatshare.serve.app import ServeState, build_app
-from flatshare.serve.metrics import ServeMetrics
 from flatshare.serve.protocol import ServedModel
 from flatshare.serve.runner import WallClockRunner
+from flatshare.serve.telemetry import ServeMetrics
 from flatshare.serve.tokenizer import SimTokenizer
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.engine import SimEngine

@@ -1,6 +1,6 @@
 """The simulated server's tokenizer: text to stable token ids, and output tokens to words.
 
-Encoding splits text into pieces with `flatshare.protocol.tokens.split_words` (runs of word characters,
+Encoding splits text into pieces with `flatshare.protocol.prompt_ids.split_words` (runs of word characters,
 and every other non-space character on its own); each piece becomes the id
 `piece_id(f"{seed}:{piece}", vocab_size)`, that is `4 + blake2b-64(f"{seed}:{piece}") % (vocab_size - 4)`
 (ids 0-3 are special). Whitespace is dropped, so
@@ -13,7 +13,7 @@ vocabulary, preceded by a space, so a completion of n tokens is n words.
 
 from __future__ import annotations
 
-from flatshare.protocol.tokens import DEFAULT_VOCAB, check_has_ordinary_ids, hash64, piece_id, split_words
+from flatshare.protocol.prompt_ids import DEFAULT_VOCAB, check_has_ordinary_ids, hash64, piece_id, split_words
 
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z")
 _VOWELS = ("a", "e", "i", "o", "u")

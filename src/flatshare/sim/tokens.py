@@ -4,7 +4,7 @@ Each stream key (a `prefix_group`, or a request id when there is none) names one
 seeded token sequence; a request takes the first `prompt_tokens` ids of its stream. Two requests
 of the same group therefore share their first `min(len_a, len_b)` tokens, which is what vLLM's
 prefix cache needs to see (an agent's next call extends its previous context). Ids lie in
-`[FIRST_ID, vocab_size)` (`flatshare.protocol.tokens`: ids 0-3 are special).
+`[FIRST_ID, vocab_size)` (`flatshare.protocol.prompt_ids`: ids 0-3 are special).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import hashlib
 
 import numpy as np
 
-from flatshare.protocol.tokens import DEFAULT_VOCAB, FIRST_ID, check_has_ordinary_ids
+from flatshare.protocol.prompt_ids import DEFAULT_VOCAB, FIRST_ID, check_has_ordinary_ids
 
 
 class TokenStreams:

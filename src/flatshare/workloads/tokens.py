@@ -8,7 +8,7 @@ A prompt is kept compact, as a tuple of spans, and turned into token ids only wh
 - `TextSpan(text)`: one id per piece of the simple tokenizer (`split_words`), each id a hash of the piece, so
   equal texts give equal ids and equal words give equal ids.
 
-Ids lie in `[FIRST_ID, vocab)` and text pieces hash as `flatshare.protocol.tokens` says (ids 0..3 are the
+Ids lie in `[FIRST_ID, vocab)` and text pieces hash as `flatshare.protocol.prompt_ids` says (ids 0..3 are the
 special tokens of common tokenizers; no Python `hash()`, so ids are the same in every process and machine).
 """
 
@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from flatshare.protocol.tokens import DEFAULT_VOCAB as DEFAULT_VOCAB
-from flatshare.protocol.tokens import FIRST_ID as FIRST_ID
-from flatshare.protocol.tokens import piece_id
-from flatshare.protocol.tokens import split_words as split_words
+from flatshare.protocol.prompt_ids import DEFAULT_VOCAB as DEFAULT_VOCAB
+from flatshare.protocol.prompt_ids import FIRST_ID as FIRST_ID
+from flatshare.protocol.prompt_ids import piece_id
+from flatshare.protocol.prompt_ids import split_words as split_words
 
 MIN_VOCAB = 16
 

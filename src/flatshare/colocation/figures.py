@@ -11,8 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from flatshare.analysis.voice import VoicePipeline
-from flatshare.experiments.runs import SavedRun
+from flatshare.colocation.runs import SavedRun
+from flatshare.colocation.voice import VoicePipeline
 from flatshare.sim.waits import WAIT_PARTS
 
 MAIN_ORDER = (

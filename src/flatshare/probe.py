@@ -72,7 +72,7 @@ def run_case(case: DemoCase, profile: StepTimeProfile, out: Path, seed: int = 0)
     )
 
 
-def run_demo(out: Path, profile: str = "") -> tuple[StepTimeProfile, list[DemoRow]]:
+def run_probe(out: Path, profile: str = "") -> tuple[StepTimeProfile, list[DemoRow]]:
     """Run every case of `CASES` with `profile` (a shipped name or a JSON file; "" the default) and
     write `out`/<case>/ and `out`/engine.log. InputError on a bad profile."""
     step_profile = load_profile(profile or DEFAULT_PROFILE)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from flatshare.analysis.stats import bootstrap_ci, paired_ttest, percentile
+from flatshare.lab.stats import bootstrap_ci, paired_ttest, percentile
 
 
 def test_bootstrap_ci_brackets_the_estimate_and_is_seeded() -> None:

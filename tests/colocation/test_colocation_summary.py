@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from flatshare.analysis.colocation import summarize
-from flatshare.analysis.voice import VoicePipeline
-from flatshare.experiments.runs import SavedRun
+from flatshare.colocation.runs import SavedRun
+from flatshare.colocation.summary import summarize
+from flatshare.colocation.voice import VoicePipeline
 from flatshare.replay.records import ReplayRecord
 
 

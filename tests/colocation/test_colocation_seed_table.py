@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from flatshare.analysis.seed_table import SEED_ROWS, seed_comparison, seed_table_lines
-from flatshare.experiments.setup import SEED, UNSTATED, Setup, unstated_lines
+from flatshare.colocation.seed_table import SEED_ROWS, seed_comparison, seed_table_lines
+from flatshare.colocation.setup import SEED, UNSTATED, Setup, unstated_lines
 
 
 def _summary(**priority: float) -> dict[str, Any]:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flatshare.analysis.report import build_report
 from flatshare.cli import app
-from flatshare.experiments.colocation import MAIN_CONDITIONS, ColocationPlan, run_plan
+from flatshare.colocation.experiment import MAIN_CONDITIONS, ColocationPlan, run_plan
+from flatshare.colocation.report import build_report
 
 pytestmark = pytest.mark.vllm
 

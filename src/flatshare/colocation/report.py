@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from flatshare.analysis import figures
-from flatshare.analysis.colocation import BASELINE, summarize
-from flatshare.analysis.seed_table import seed_table_lines
-from flatshare.analysis.voice import VoicePipeline
-from flatshare.experiments.runs import load_runs
-from flatshare.experiments.setup import unstated_lines
+from flatshare.colocation import figures
+from flatshare.colocation.runs import load_runs
+from flatshare.colocation.seed_table import seed_table_lines
+from flatshare.colocation.setup import unstated_lines
+from flatshare.colocation.summary import BASELINE, summarize
+from flatshare.colocation.voice import VoicePipeline
 from flatshare.sim.waits import WAIT_PARTS
 
 GOAL_OVER_TARGET = 0.02

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flatshare.experiments.runs import run_dir, save_run
-from flatshare.experiments.setup import SEED, Setup
+from flatshare.colocation.runs import run_dir, save_run
+from flatshare.colocation.setup import SEED, Setup
 from flatshare.lab.executors import Executor, LocalExecutor, OnDone, default_workers
 from flatshare.lab.jobs import Job, JobsFailed
 from flatshare.sim.config import DEFAULT_ENGINE

@@ -1,9 +1,9 @@
-"""Intervals and tests for comparing a condition with its baseline (on top of `analysis.stats`).
+"""Intervals and tests for comparing a condition with its baseline (on top of `lab.stats`).
 
 - Over replicates (synthetic seeds, trace windows): the mean of per-replicate p95s with a t-interval,
-  and a paired t-test (`analysis.stats.paired_ttest`) on the per-replicate p95s.
+  and a paired t-test (`lab.stats.paired_ttest`) on the per-replicate p95s.
 - Over requests, when a trace has a single window: the pooled p95 with a percentile-bootstrap interval
-  (`analysis.stats.bootstrap_ci`), and a paired bootstrap test of the p95 difference that resamples
+  (`lab.stats.bootstrap_ci`), and a paired bootstrap test of the p95 difference that resamples
   requests (each request's TTFT under both conditions stays together). Requests in one run are not
   independent (they queue behind each other), so this test is optimistic; the report says so.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as scipy_stats
 
-from flatshare.analysis.stats import paired_ttest
+from flatshare.lab.stats import paired_ttest
 
 RESAMPLES = 2000
 

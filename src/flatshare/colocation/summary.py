@@ -13,12 +13,12 @@ inside the run's duration per second, mean over seeds), `agent_throughput_ratio`
 `preemptions` (mean per run), `make_room` (counters, mean per run), `per_seed_voice_p95_s`,
 `paired_vs_vllm_priority` (`mean_difference_s`, `t`, `p_value`, `n`), `nth_token_median_s` and
 `nth_token_p95_s` (median and p95 time from send to the n-th output token, n = 1..40, over replies at
-least n long), `seed_comparison` (the first seed's table beside these figures: `flatshare.analysis.seed_table`),
+least n long), `seed_comparison` (the first seed's table beside these figures: `flatshare.colocation.seed_table`),
 `voice_wait_parts_mean_s` (mean seconds of each turn's time before its first token by part,
 `flatshare.sim.waits.WAIT_PARTS`, over turns with a first token and a ledger; the parts add up to
 `voice_wait_total_mean_s`, the mean time to first token of the same turns) and `voice_wait_kv_share`
 (the share of that total spent waiting for KV memory: `kv_memory` + `kv_behind_load`). `build_report` adds
-`setup` (the runs' `flatshare.experiments.setup.Setup`, when they share one; else null). Voice turns count a failed or refused turn as 30 s (see `flatshare.analysis.voice`).
+`setup` (the runs' `flatshare.colocation.setup.Setup`, when they share one; else null). Voice turns count a failed or refused turn as 30 s (see `flatshare.colocation.voice`).
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from flatshare.analysis.seed_table import seed_comparison
-from flatshare.analysis.stats import bootstrap_ci, paired_ttest, percentile
-from flatshare.analysis.voice import VoicePipeline, turn_stages
-from flatshare.experiments.runs import SavedRun
+from flatshare.colocation.runs import SavedRun
+from flatshare.colocation.seed_table import seed_comparison
+from flatshare.colocation.voice import VoicePipeline, turn_stages
+from flatshare.lab.stats import bootstrap_ci, paired_ttest, percentile
 from flatshare.sim.waits import WAIT_PARTS
 
 SUMMARY_VERSION = 1

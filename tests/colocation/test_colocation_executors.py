@@ -49,16 +49,16 @@ def test_ray_and_local_executors_write_the_same_summary(tmp_path: Path, local_ra
 def test_a_failed_run_is_named_and_the_others_are_saved(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flatshare.experiments import colocation
+    from flatshare.colocation import experiment
 
-    def run_one(out: Path, condition: colocation.Condition, callers: int, seed: int, plan: object) -> str:
+    def run_one(out: Path, condition: experiment.Condition, callers: int, seed: int, plan: object) -> str:
         if condition.key == "vllm-priority":
             raise RuntimeError("engine fell over")
-        folder = colocation.run_dir(out, condition.key, callers, seed)
+        folder = experiment.run_dir(out, condition.key, callers, seed)
         folder.mkdir(parents=True)
         return str(folder)
 
-    monkeypatch.setattr(colocation, "run_one", run_one)
+    monkeypatch.setattr(experiment, "run_one", run_one)
     args = ["experiment", "colocation", *SMALL, *CONDITIONS, "--workers", "1", "--out", str(tmp_path)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 1

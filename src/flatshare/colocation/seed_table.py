@@ -3,7 +3,7 @@ and whether the row was used to fit the preset's unstated parameters or is a pre
 
 Seed figures are from `shared/seeds/000` (2 callers, 24 agents, voice at top priority, 512-token steps unless
 a row says otherwise). Fitted rows are the stock-vLLM rows (`vllm-priority` and `alone`); the preset's
-unstated parameters were chosen on them only (`flatshare.experiments.setup`). A row is a hit when flatshare is
+unstated parameters were chosen on them only (`flatshare.colocation.setup`). A row is a hit when flatshare is
 within 25% of the seed; the two shares of turns over target (stock and T=48) within 10 points, as the
 issue that set these tolerances asks (a small share, such as 1 in 14 over 10 s, is held to 25%).
 """
