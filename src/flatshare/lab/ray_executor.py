@@ -9,6 +9,7 @@ notebook) that connection is used and left open. Workers' output is not forwarde
 from __future__ import annotations
 
 import importlib.util
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -67,7 +68,8 @@ class RayExecutor:
 
         started = not ray.is_initialized()
         if started:
-            ray.init(address=self.address, log_to_driver=False)
+            # Ray's INFO start-up notice is not printed (quiet by default); its warnings and errors are.
+            ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
         try:
             return _drive(_RayPool(ray), jobs, fn, on_done, then)
         finally:
