@@ -8,12 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from flatshare.admission.command import build_plan, experiment_admission
 from flatshare.admission.experiment import run_plan
 from flatshare.admission.plan import TRACE_CONDITIONS, AdmissionPlan, SyntheticPlan, TraceCase
 from flatshare.admission.report import build_report
 from flatshare.admission.runs import is_admission_experiment
+from flatshare.cli import app
 from flatshare.errors import InputError
 
 pytestmark = pytest.mark.vllm
@@ -81,7 +83,8 @@ def test_small_plan_shows_the_synthetic_effect_and_writes_everything(
     report = (tmp_path / "report.md").read_text()
     assert "Run A" in report and "Run B" in report and "azure-conv-e2" in report
     before = (tmp_path / "summary.json").read_bytes()
-    build_report(tmp_path)
+    rebuilt = CliRunner().invoke(app, ["report", str(tmp_path)])  # `flatshare report` knows the kind
+    assert rebuilt.exit_code == 0, rebuilt.output
     assert (tmp_path / "summary.json").read_bytes() == before
     assert json.loads(before)["version"] == 1
 

@@ -77,8 +77,7 @@ ENGINE_NICENESS = 10
 # and the send), so client-side times say when a token reached the client, not when the engine made it.
 # Stock: the high-priority request waits in the queue for a low-priority one to finish, over
 # STOCK_MIN_QUEUE_S if it reached the engine early enough (else the attempt is run again). make-room:
-# no request waits over FAST_QUEUE_S (the second low-priority prompt waits for the first one's
-# prefill, ~0.6 s).
+# no request waits over FAST_QUEUE_S (the low-priority prompts are sent one after the other's prefill).
 QUEUE_HISTOGRAM = "vllm:request_queue_time_seconds"
 FAST_QUEUE_S, STOCK_MIN_QUEUE_S = 2.0, 5.0  # bucket bounds of vLLM's request-latency histograms
 MIN_LEFT_S = 3.0  # make-room: the high-priority request was sent this long before a low one ended
@@ -294,14 +293,14 @@ def _run_scenario(
     ):
         queued_before = _queue_buckets(_scrape(client))  # the server is idle: it answers at once
         futures: list[Future[Stream]] = []
+        # A low-priority request's first token ends its prefill: once both have one, both prompts are
+        # in the cache, so the high-priority prompt (more blocks than are left) does not fit as it is.
+        # The trigger is the streams, not `/metrics` polls, which the API server may answer late. The
+        # second is sent after the first's prefill, so it never queues behind it (a 12k-token prefill
+        # took 3 s on a slow machine, which the queue-time checks would have counted).
         for i, low in enumerate(lows):
             body = {**low_body, "prompt": _prompt(seed + i, case.low_prompt)}
             futures.append(pool.submit(_stream, server.url, low, body))
-            time.sleep(0.05)
-        # A low-priority request's first token ends its prefill: once both have one, both prompts are
-        # in the cache, so the high-priority prompt (more blocks than are left) does not fit as it is.
-        # The trigger is the streams, not `/metrics` polls, which the API server may answer late.
-        for low in lows:
             assert low.started.wait(FILL_DEADLINE_S), f"{name}: no first token\n{server.log_tail()}"
         if any(f.done() for f in futures):
             for future in futures:
