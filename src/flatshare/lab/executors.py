@@ -19,13 +19,10 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from flatshare.errors import InputError
 from flatshare.lab.jobs import Job, JobFailure, failure
-
-P = TypeVar("P")
-R = TypeVar("R")
 
 EXECUTORS = ("local", "ray")
 RAY_EXTRA = "pip install -e '.[ray]'"
@@ -102,7 +99,17 @@ def _drive(
     return failures
 
 
-class _SerialPool:
+class _FuturePool:
+    """Handles are `concurrent.futures` futures; a job's exception is reported as raised."""
+
+    def result(self, handle: Any) -> Any:
+        return handle.result()
+
+    def error(self, exc: BaseException) -> BaseException:
+        return exc
+
+
+class _SerialPool(_FuturePool):
     """Runs each job in this process, one at a time, in submission order (when waited for)."""
 
     def __init__(self) -> None:
@@ -121,14 +128,8 @@ class _SerialPool:
             future.set_exception(exc)
         return [future]
 
-    def result(self, handle: Any) -> Any:
-        return handle.result()
 
-    def error(self, exc: BaseException) -> BaseException:
-        return exc
-
-
-class _ProcessPool:
+class _ProcessPool(_FuturePool):
     def __init__(self, pool: ProcessPoolExecutor) -> None:
         self._pool = pool
 
@@ -138,12 +139,6 @@ class _ProcessPool:
     def wait_any(self, handles: list[Any]) -> list[Any]:
         done, _ = wait(handles, return_when=FIRST_COMPLETED)
         return [h for h in handles if h in done]  # submission order among those done
-
-    def result(self, handle: Any) -> Any:
-        return handle.result()
-
-    def error(self, exc: BaseException) -> BaseException:
-        return exc
 
 
 def default_workers() -> int:
