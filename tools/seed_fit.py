@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from flatshare.colocation.experiment import MAIN_CONDITIONS, ColocationPlan, run_plan
+from flatshare.colocation.results import ColocationSummary
 from flatshare.colocation.runs import load_runs
 from flatshare.colocation.seed_table import SEED_ROWS
 from flatshare.colocation.setup import SEED, Setup
@@ -55,7 +56,7 @@ SENSITIVITY: tuple[tuple[str, Any], ...] = (
 )
 
 
-def _summary(setup: Setup, keys: Iterable[str], seeds: int, duration: float) -> dict[str, Any]:
+def _summary(setup: Setup, keys: Iterable[str], seeds: int, duration: float) -> ColocationSummary:
     conditions = tuple(c for c in MAIN_CONDITIONS if c.key in set(keys))
     plan = ColocationPlan(
         callers=(2,), seeds=seeds, duration_s=duration, drain_s=60.0, conditions=conditions, setup=setup
@@ -65,7 +66,7 @@ def _summary(setup: Setup, keys: Iterable[str], seeds: int, duration: float) -> 
         return summarize(load_runs(Path(tmp)))
 
 
-def loss(summary: dict[str, Any]) -> float:
+def loss(summary: ColocationSummary) -> float:
     """Distance to the seed's fitted rows (0 is a perfect match)."""
     total = 0.0
     for row in SEED_ROWS:
@@ -81,7 +82,7 @@ def loss(summary: dict[str, Any]) -> float:
     return total
 
 
-def _fitted_cells(summary: dict[str, Any]) -> list[str]:
+def _fitted_cells(summary: ColocationSummary) -> list[str]:
     return [f"{row.get(summary) or 0:.3g}" for row in SEED_ROWS if row.fitted]
 
 
@@ -125,15 +126,15 @@ def refine(grid_table: Path, top: int, seeds: int, duration: float) -> list[str]
     return _rank(points, seeds, duration, f"The {top} best grid points re-run")
 
 
-def _sensitivity_row(label: str, summary: dict[str, Any]) -> str:
+def _sensitivity_row(label: str, summary: ColocationSummary) -> str:
     cells = [label]
     for key in ("vllm-priority", "make-room-t48"):
-        m = summary["conditions"][key]
-        share = m.get("voice_wait_kv_share")
+        m = summary.conditions[key]
+        share = m.voice_wait_kv_share
         cells += [
-            f"{m['voice_turn_p95_s']:.2f}",
-            f"{m['voice_over_target_frac']:.0%}",
-            f"{m['voice_ttft_mean_s']:.2f}",
+            f"{m.voice_turn_p95_s or 0.0:.2f}",
+            f"{m.voice_over_target_frac or 0.0:.0%}",
+            f"{m.voice_ttft_mean_s or 0.0:.2f}",
             "-" if share is None else f"{share:.0%}",
         ]
     return "| " + " | ".join(cells) + " |"

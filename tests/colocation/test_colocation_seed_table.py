@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
+from flatshare.colocation.results import CallerResult, ColocationSummary, ConditionResult, SeedComparisonRow
 from flatshare.colocation.seed_table import SEED_ROWS, seed_comparison, seed_table_lines
 from flatshare.colocation.setup import SEED, UNSTATED, Setup, unstated_lines
 
 
-def _summary(**priority: float) -> dict[str, Any]:
+def _condition(**fields: Any) -> ConditionResult:
+    """A condition with only `fields` measured (counts 0, figures None)."""
+    empty: dict[str, Any] = {}
+    for f in dataclasses.fields(ConditionResult):
+        if f.default is dataclasses.MISSING:
+            empty[f.name] = 0 if f.type == "int" else () if f.type.startswith("tuple[Seconds, ...]") else None
+    empty["make_room"] = {}
+    return ConditionResult(**{**empty, **fields})
+
+
+def _summary(**priority: float) -> ColocationSummary:
     stock = {
         "voice_turn_p95_s": 10.0,
         "voice_turn_p50_s": 2.0,
@@ -22,27 +34,28 @@ def _summary(**priority: float) -> dict[str, Any]:
         **priority,
     }
     alone = {"voice_turn_p95_s": 1.8, "voice_ttft_mean_s": 0.09, "stage_first_sentence_mean_s": 0.22}
-    block = {"conditions": {"vllm-priority": stock, "alone": alone}}
-    return {"conditions": block["conditions"], "by_callers": {"2": block}}
+    block = CallerResult(2.0, {"vllm-priority": _condition(**stock), "alone": _condition(**alone)})
+    return ColocationSummary(version=1, voice_pipeline_fixed_s=1.25, callers=(2,), by_callers={2: block})
 
 
 def test_rows_carry_seed_value_ratio_and_whether_they_were_fitted() -> None:
-    rows = {r["row"]: r for r in seed_comparison(_summary())}
+    rows = {r.row: r for r in seed_comparison(_summary())}
     p95 = rows["stock vLLM (priority): voice turn p95 s"]
-    assert p95 == {
-        "row": p95["row"],
+    assert p95 == SeedComparisonRow(p95.row, seed=10.48, flatshare=10.0, ratio=0.954, fitted=True, hit=True)
+    assert p95.to_json() == {
+        "row": p95.row,
         "seed": 10.48,
         "flatshare": 10.0,
         "ratio": 0.954,
         "fitted": True,
         "hit": True,
     }
-    assert rows["stock vLLM: voice turn median s"]["hit"] is False  # 2.0 against 4.61
-    assert rows["stock vLLM: turns over target"]["hit"] is True  # 5 points off
-    assert rows["stock vLLM: turns over 10 s"]["hit"] is False  # 1% against 7%: a small share is held to 25%
-    assert rows["voice alone: mean wait for the first token s"]["fitted"] is False
+    assert rows["stock vLLM: voice turn median s"].hit is False  # 2.0 against 4.61
+    assert rows["stock vLLM: turns over target"].hit is True  # 5 points off
+    assert rows["stock vLLM: turns over 10 s"].hit is False  # 1% against 7%: a small share is held to 25%
+    assert rows["voice alone: mean wait for the first token s"].fitted is False
     missing = rows["make-room T=48: voice turn p95 s"]
-    assert missing["flatshare"] is None and missing["hit"] is None and missing["ratio"] is None
+    assert missing.flatshare is None and missing.hit is None and missing.ratio is None
     fitted = {r.row for r in SEED_ROWS if r.fitted}
     assert all(row.startswith(("stock vLLM", "voice alone: turn p95")) for row in fitted)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from flatshare.colocation.results import ColocationSummary, ConditionResult
 from flatshare.colocation.runs import SavedRun
 from flatshare.colocation.voice import VoicePipeline
 from flatshare.sim.waits import WAIT_PARTS
@@ -33,28 +34,27 @@ SWEEP: tuple[tuple[int, str], ...] = (
 )
 
 
-def _present(conditions: dict[str, Any]) -> list[str]:
+def _present(conditions: Mapping[str, ConditionResult]) -> list[str]:
     return [key for key in MAIN_ORDER if key in conditions]
 
 
-def tail_figure(summary: dict[str, Any], path: Path) -> None:
+def tail_figure(summary: ColocationSummary, path: Path) -> None:
     """p95 turn latency per condition with its CI and the target, one panel per caller count."""
-    by_callers = summary["by_callers"]
+    by_callers = summary.by_callers
     fig, axes = plt.subplots(1, len(by_callers), figsize=(5 * len(by_callers), 4.2), squeeze=False)
     for ax, (callers, block) in zip(axes[0], by_callers.items(), strict=True):
-        keys = _present(block["conditions"])
-        p95 = [block["conditions"][k]["voice_turn_p95_s"] for k in keys]
-        ci = [block["conditions"][k]["voice_turn_p95_ci"] or [v, v] for k, v in zip(keys, p95, strict=True)]
+        keys = _present(block.conditions)
+        p95 = [block.conditions[k].voice_turn_p95_s or 0.0 for k in keys]
+        ci = [block.conditions[k].voice_turn_p95_ci or (v, v) for k, v in zip(keys, p95, strict=True)]
         err = np.array(
             [
-                [v - lo for v, (lo, _) in zip(p95, ci, strict=True)],
-                [hi - v for v, (_, hi) in zip(p95, ci, strict=True)],
+                [v - (lo or v) for v, (lo, _) in zip(p95, ci, strict=True)],
+                [(hi or v) - v for v, (_, hi) in zip(p95, ci, strict=True)],
             ]
         )
         ax.bar(range(len(keys)), p95, yerr=err, capsize=3, color="#4c72b0")
-        ax.axhline(
-            block["target_s"], color="#c44e52", linestyle="--", label=f"target {block['target_s']:.2f} s"
-        )
+        target = block.target_s or 0.0
+        ax.axhline(target, color="#c44e52", linestyle="--", label=f"target {target:.2f} s")
         ax.set_xticks(range(len(keys)), keys, rotation=60, ha="right", fontsize=8)
         ax.set_ylabel("voice turn p95 (s)")
         ax.set_title(f"{callers} callers")
@@ -64,10 +64,10 @@ def tail_figure(summary: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def sweep_figure(summary: dict[str, Any], path: Path) -> None:
+def sweep_figure(summary: ColocationSummary, path: Path) -> None:
     """p95 time to the n-th token of a reply for each window T, and at n = 16, 24, 40 against T."""
-    conditions = summary["conditions"]
-    points = [(t, conditions[key]["nth_token_p95_s"]) for t, key in SWEEP if key in conditions]
+    conditions = summary.conditions
+    points = [(t, conditions[key].nth_token_p95_s) for t, key in SWEEP if key in conditions]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for t, series in points:
         xs = [n for n, v in enumerate(series, start=1) if v is not None]
@@ -76,7 +76,7 @@ def sweep_figure(summary: dict[str, Any], path: Path) -> None:
     left.set_ylabel("p95 time from send (s)")
     left.legend(fontsize=8)
     for n in (16, 24, 40):
-        at_n = [(t, s[n - 1]) for t, s in points if s[n - 1] is not None]
+        at_n = [(t, v) for t, s in points if (v := s[n - 1]) is not None]
         right.plot([t for t, _ in at_n], [v for _, v in at_n], marker="o", label=f"token {n}")
     right.set_xlabel("window T (tokens)")
     right.set_ylabel("p95 time to the n-th token (s)")
@@ -86,21 +86,19 @@ def sweep_figure(summary: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def stages_figure(summary: dict[str, Any], path: Path) -> None:
+def stages_figure(summary: ColocationSummary, path: Path) -> None:
     """Mean engine stages of a voice turn per condition: the wait for the first token split by part
     (`flatshare.sim.waits`), then decoding the first sentence (the first seed's Figure 02, extended)."""
-    conditions = summary["conditions"]
+    conditions = summary.conditions
     keys = _present(conditions)
     fig, ax = plt.subplots(figsize=(9, 4.5))
     bottom = np.zeros(len(keys))
     colors = plt.get_cmap("tab10")
     for i, part in enumerate((*WAIT_PARTS, "first_sentence")):
         if part == "first_sentence":
-            values = np.array([conditions[k]["stage_first_sentence_mean_s"] or 0.0 for k in keys])
+            values = np.array([conditions[k].stage_first_sentence_mean_s or 0.0 for k in keys])
         else:
-            values = np.array(
-                [(conditions[k].get("voice_wait_parts_mean_s") or {}).get(part, 0.0) for k in keys]
-            )
+            values = np.array([(conditions[k].voice_wait_parts_mean_s or {}).get(part) or 0.0 for k in keys])
         if not values.any():
             continue
         label = "decoding the first sentence" if part == "first_sentence" else f"first token: {part}"
@@ -114,10 +112,10 @@ def stages_figure(summary: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def cdf_figure(runs: list[SavedRun], summary: dict[str, Any], pipeline: VoicePipeline, path: Path) -> None:
-    callers = summary["callers"][0]
+def cdf_figure(runs: list[SavedRun], summary: ColocationSummary, pipeline: VoicePipeline, path: Path) -> None:
+    callers = summary.callers[0]
     fig, ax = plt.subplots(figsize=(7, 4))
-    for key in _present(summary["conditions"]):
+    for key in _present(summary.conditions):
         turns = sorted(
             pipeline.turn_latency(r)
             for run in runs
@@ -127,7 +125,7 @@ def cdf_figure(runs: list[SavedRun], summary: dict[str, Any], pipeline: VoicePip
         )
         if turns:
             ax.plot(turns, np.arange(1, len(turns) + 1) / len(turns), label=key)
-    ax.axvline(summary["target_s"], color="#c44e52", linestyle="--")
+    ax.axvline(summary.target_s or 0.0, color="#c44e52", linestyle="--")
     ax.set_xscale("log")
     ax.set_xlabel("voice turn latency (s)")
     ax.set_ylabel("fraction of turns")
@@ -137,10 +135,10 @@ def cdf_figure(runs: list[SavedRun], summary: dict[str, Any], pipeline: VoicePip
     plt.close(fig)
 
 
-def kv_figure(runs: list[SavedRun], summary: dict[str, Any], path: Path, window_tokens: int = 48) -> None:
+def kv_figure(runs: list[SavedRun], summary: ColocationSummary, path: Path, window_tokens: int = 48) -> None:
     """KV use over time, preemptions marked, protected reply windows shaded (first run of each)."""
-    callers = summary["callers"][0]
-    shown = [k for k in ("vllm-priority", "make-room-t48") if k in summary["conditions"]]
+    callers = summary.callers[0]
+    shown = [k for k in ("vllm-priority", "make-room-t48") if k in summary.conditions]
     fig, axes = plt.subplots(
         len(shown), 1, figsize=(10, 2.6 * max(len(shown), 1)), squeeze=False, sharex=True
     )

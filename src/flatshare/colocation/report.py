@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from flatshare.colocation import figures
+from flatshare.colocation.results import ColocationSummary, ConditionResult, SeedComparisonRow
 from flatshare.colocation.runs import load_runs
 from flatshare.colocation.seed_table import seed_table_lines
 from flatshare.colocation.setup import unstated_lines
@@ -41,52 +43,52 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _ordered(conditions: dict[str, Any]) -> list[str]:
+def _ordered(conditions: Mapping[str, ConditionResult]) -> list[str]:
     order = [*figures.MAIN_ORDER, "agents-alone", *(key for _, key in figures.SWEEP)]
     return sorted(conditions, key=lambda k: (order.index(k) if k in order else len(order), k))
 
 
-def _table(conditions: dict[str, Any]) -> list[str]:
+def _table(conditions: Mapping[str, ConditionResult]) -> list[str]:
     lines = ["| condition | " + " | ".join(label for _, label in COLUMNS) + " | p95 95% CI | p vs priority |"]
     lines.append("|---" * (len(COLUMNS) + 3) + "|")
     for key in _ordered(conditions):
         m = conditions[key]
-        ci = m["voice_turn_p95_ci"]
-        paired = m.get("paired_vs_vllm_priority") or {}
-        cells = [_cell(m[field]) for field, _ in COLUMNS]
+        ci = m.voice_turn_p95_ci
+        p_value = m.paired_vs_vllm_priority.p_value if m.paired_vs_vllm_priority else None
+        cells = [_cell(getattr(m, field)) for field, _ in COLUMNS]
         ci_cell = f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else "-"
-        lines.append(f"| {key} | " + " | ".join(cells) + f" | {ci_cell} | {_cell(paired.get('p_value'))} |")
+        lines.append(f"| {key} | " + " | ".join(cells) + f" | {ci_cell} | {_cell(p_value)} |")
     return lines
 
 
-def _meets(m: dict[str, Any], target: float) -> bool:
+def _meets(m: ConditionResult, target: float) -> bool:
     return (
-        m["voice_turn_p95_s"] is not None
-        and m["voice_turn_p95_s"] <= target
-        and (m["voice_over_target_frac"] or 0) <= GOAL_OVER_TARGET
-        and (m["agent_throughput_ratio"] or 0) >= GOAL_THROUGHPUT
+        m.voice_turn_p95_s is not None
+        and m.voice_turn_p95_s <= target
+        and (m.voice_over_target_frac or 0) <= GOAL_OVER_TARGET
+        and (m.agent_throughput_ratio or 0) >= GOAL_THROUGHPUT
     )
 
 
-def _goal(summary: dict[str, Any]) -> list[str]:
+def _goal(summary: ColocationSummary) -> list[str]:
     lines = [
         f"Goal: a make-room variant keeps the voice p95 within the target, with at most "
         f"{GOAL_OVER_TARGET:.0%} of turns over it, at every caller count, while agents keep at least "
         f"{GOAL_THROUGHPUT:.0%} of their `{BASELINE}` throughput.",
         "",
     ]
-    for callers, block in summary["by_callers"].items():
-        target = block["target_s"]
+    for callers, block in summary.by_callers.items():
+        target = block.target_s
         variants = {
-            k: m for k, m in block["conditions"].items() if k.startswith("make-room") and m["n_voice_turns"]
+            k: m for k, m in block.conditions.items() if k.startswith("make-room") and m.n_voice_turns
         }
-        if not variants:
+        if not variants or target is None:
             continue
         meeting = sorted(k for k, m in variants.items() if _meets(m, target))
         shown = variants.get("make-room-t48") or next(iter(variants.values()))
         lines.append(
-            f"- {callers} callers (target {target:.2f} s): `make-room-t48` p95 {shown['voice_turn_p95_s']:.2f} s, "
-            f"{shown['voice_over_target_frac']:.1%} over, agents at {_cell(shown['agent_throughput_ratio'])} of "
+            f"- {callers} callers (target {target:.2f} s): `make-room-t48` p95 {shown.voice_turn_p95_s:.2f} s, "
+            f"{shown.voice_over_target_frac:.1%} over, agents at {_cell(shown.agent_throughput_ratio)} of "
             f"`{BASELINE}`. Variants meeting the goal: "
             + (", ".join(f"`{k}`" for k in meeting) if meeting else "**none**")
             + "."
@@ -94,13 +96,13 @@ def _goal(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _ordering(summary: dict[str, Any]) -> list[str]:
+def _ordering(summary: ColocationSummary) -> list[str]:
     """Whether the seed's ordering holds, explained from counters and stages when it does not."""
-    c = summary["conditions"]
+    c = summary.conditions
     keys = ("vllm-priority", "make-room-preempt", "make-room-t16", "make-room-t48")
     if not all(k in c for k in keys):
         return []
-    p95 = [c[k]["voice_turn_p95_s"] for k in keys]
+    p95 = [c[k].voice_turn_p95_s or 0.0 for k in keys]
     holds = all(a > b for a, b in itertools.pairwise(p95))
     line = (
         "The seed's ordering (vllm-priority > make-room-preempt > make-room-t16 > make-room-t48, voice p95): "
@@ -108,20 +110,20 @@ def _ordering(summary: dict[str, Any]) -> list[str]:
         + (": **holds**." if holds else ": **does not hold** strictly.")
     )
     pre, base = c["make-room-preempt"], c["vllm-priority"]
-    fired = pre["make_room"].get("preemptions_for_waiting", 0)
+    fired = pre.make_room.get("preemptions_for_waiting", 0)
     note = (
         f" Preemption for waiting turns fired {fired} times per run; the voice turns' mean wait before their "
-        f"first step went from {_cell(base['stage_waiting_mean_s'])} s to {_cell(pre['stage_waiting_mean_s'])} s, "
-        f"and decoding the first sentence took {_cell(pre['stage_first_sentence_mean_s'])} s against "
-        f"{_cell(c['make-room-t48']['stage_first_sentence_mean_s'])} s with the T=48 hold: most of the lost "
+        f"first step went from {_cell(base.stage_waiting_mean_s)} s to {_cell(pre.stage_waiting_mean_s)} s, "
+        f"and decoding the first sentence took {_cell(pre.stage_first_sentence_mean_s)} s against "
+        f"{_cell(c['make-room-t48'].stage_first_sentence_mean_s)} s with the T=48 hold: most of the lost "
         "time is in steps that carry agent prefill, which only the hold removes."
     )
     return [line + note]
 
 
-def _waits(conditions: dict[str, Any]) -> list[str]:
+def _waits(conditions: Mapping[str, ConditionResult]) -> list[str]:
     """Where each condition's voice turns spent the time before their first token (mean seconds)."""
-    keys = [k for k in _ordered(conditions) if conditions[k].get("voice_wait_parts_mean_s")]
+    keys = [k for k in _ordered(conditions) if conditions[k].voice_wait_parts_mean_s]
     if not keys:
         return []
     lines = [
@@ -133,52 +135,56 @@ def _waits(conditions: dict[str, Any]) -> list[str]:
     ]
     for key in keys:
         m = conditions[key]
-        parts = m["voice_wait_parts_mean_s"]
+        parts = m.voice_wait_parts_mean_s or {}
         cells = " | ".join(_cell(parts[p]) for p in WAIT_PARTS)
-        share = m["voice_wait_kv_share"]
+        share = m.voice_wait_kv_share
         lines.append(
-            f"| {key} | {cells} | {_cell(m['voice_wait_total_mean_s'])} | {_cell(m['voice_ttft_mean_s'])} | "
+            f"| {key} | {cells} | {_cell(m.voice_wait_total_mean_s)} | {_cell(m.voice_ttft_mean_s)} | "
             + ("-" if share is None else f"{share:.0%}")
             + " |"
         )
     return lines
 
 
-def _seed(summary: dict[str, Any]) -> list[str]:
-    rows = summary.get("seed_comparison") or []
+def _hits(rows: list[SeedComparisonRow]) -> int:
+    return sum(bool(r.hit) for r in rows)
+
+
+def _seed(summary: ColocationSummary) -> list[str]:
+    rows = summary.seed_comparison
     if not rows:
         return []
-    fitted = [r for r in rows if r["fitted"] and r["hit"] is not None]
-    predicted = [r for r in rows if not r["fitted"] and r["hit"] is not None]
+    fitted = [r for r in rows if r.fitted and r.hit is not None]
+    predicted = [r for r in rows if not r.fitted and r.hit is not None]
     return [
         "## The first seed's table",
         "",
         f"Fitted rows (the preset's unstated parameters were chosen on these only): "
-        f"{sum(r['hit'] for r in fitted)} of {len(fitted)} within tolerance. Predictions, not refitted: "
-        f"{sum(r['hit'] for r in predicted)} of {len(predicted)} within tolerance.",
+        f"{_hits(fitted)} of {len(fitted)} within tolerance. Predictions, not refitted: "
+        f"{_hits(predicted)} of {len(predicted)} within tolerance.",
         "",
         *seed_table_lines(rows),
         "",
     ]
 
 
-def write_report(out: Path, summary: dict[str, Any], plan_line: str) -> None:
+def write_report(out: Path, summary: ColocationSummary, plan_line: str) -> None:
     lines = ["# Co-location: a voice agent beside coding agents (simulated engine)", "", plan_line, ""]
     lines += [
-        f"Target = `alone` turn p95 + 0.25 s. Turn latency = {summary['voice_pipeline_fixed_s']:.2f} s of fixed "
+        f"Target = `alone` turn p95 + 0.25 s. Turn latency = {summary.voice_pipeline_fixed_s:.2f} s of fixed "
         "voice pipeline + the engine's time to the end of the first sentence; failed turns count as 30 s.",
         "",
     ]
     lines += [*_goal(summary), "", *_ordering(summary), ""]
-    if summary.get("setup"):
-        lines += ["## Setup", "", *unstated_lines(summary["setup"]), ""]
+    if summary.setup:
+        lines += ["## Setup", "", *unstated_lines(dict(summary.setup)), ""]
     lines += _seed(summary)
-    lines += [*_waits(summary["conditions"]), ""]
-    for callers, block in summary["by_callers"].items():
+    lines += [*_waits(summary.conditions), ""]
+    for callers, block in summary.by_callers.items():
         lines += [
-            f"## {callers} callers (target {block['target_s']:.2f} s)",
+            f"## {callers} callers (target {block.target_s or 0.0:.2f} s)",
             "",
-            *_table(block["conditions"]),
+            *_table(block.conditions),
             "",
         ]
     lines += [
@@ -196,30 +202,29 @@ def write_report(out: Path, summary: dict[str, Any], plan_line: str) -> None:
         "",
         "Counters (mean per run) show which mechanism fired: "
         + ", ".join(
-            f"`{k}`: {m['make_room'].get('preemptions_for_waiting', 0)} preemptions for waiting, "
-            f"{m['make_room'].get('hold_steps', 0)} hold steps"
-            for k, m in summary["conditions"].items()
-            if m["make_room"]
+            f"`{k}`: {m.make_room.get('preemptions_for_waiting', 0)} preemptions for waiting, "
+            f"{m.make_room.get('hold_steps', 0)} hold steps"
+            for k, m in summary.conditions.items()
+            if m.make_room
         )
         + ".",
     ]
     (out / "report.md").write_text("\n".join(lines) + "\n")
 
 
-def build_report(out: Path) -> dict[str, Any]:
+def build_report(out: Path) -> ColocationSummary:
     """(Re)build summary.json, report.md and the figures from `out/runs` alone."""
     runs = load_runs(out)
     pipeline = VoicePipeline()
-    summary = summarize(runs, pipeline)
     setups = {json.dumps(run.engine.get("setup"), sort_keys=True) for run in runs}
-    summary["setup"] = json.loads(setups.pop()) if len(setups) == 1 else None
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    summary = summarize(runs, pipeline, setup=json.loads(setups.pop()) if len(setups) == 1 else None)
+    (out / "summary.json").write_text(json.dumps(summary.to_json(), indent=2, sort_keys=True) + "\n")
     figures.tail_figure(summary, out / "tail.png")
     figures.sweep_figure(summary, out / "window_sweep.png")
     figures.stages_figure(summary, out / "stages.png")
     figures.cdf_figure(runs, summary, pipeline, out / "cdf.png")
     figures.kv_figure(runs, summary, out / "kv.png")
     seeds = len({r.seed for r in runs})
-    plan_line = f"{len(runs)} runs: caller counts {summary['callers']}, {seeds} seeds per condition."
+    plan_line = f"{len(runs)} runs: caller counts {list(summary.callers)}, {seeds} seeds per condition."
     write_report(out, summary, plan_line)
     return summary

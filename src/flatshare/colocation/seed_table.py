@@ -10,14 +10,21 @@ issue that set these tolerances asks (a small share, such as 1 in 14 over 10 s, 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+from flatshare.colocation.results import ConditionResult, SeedComparisonRow
+
+if TYPE_CHECKING:
+    from flatshare.colocation.results import ColocationSummary
 
 RELATIVE_TOLERANCE = 0.25
 SHARE_TOLERANCE = 0.10
 
-Getter = Callable[[dict[str, Any]], float | None]
+Getter = Callable[["ColocationSummary"], float | None]
+_FIELDS = {f.name for f in dataclasses.fields(ConditionResult)}
 
 
 @dataclass(frozen=True)
@@ -30,11 +37,18 @@ class SeedRow:
 
 
 def _m(condition: str, field: str) -> Getter:
-    return lambda s: (s["conditions"].get(condition) or {}).get(field)
+    if field not in _FIELDS:
+        raise ValueError(f"seed table: {field!r} is not a field of ConditionResult")
+
+    def get(s: ColocationSummary) -> float | None:
+        m = s.conditions.get(condition)
+        return None if m is None else getattr(m, field)
+
+    return get
 
 
 def _ratio(a: Getter, b: Getter) -> Getter:
-    def get(s: dict[str, Any]) -> float | None:
+    def get(s: ColocationSummary) -> float | None:
         x, y = a(s), b(s)
         return None if x is None or not y else x / y
 
@@ -42,9 +56,9 @@ def _ratio(a: Getter, b: Getter) -> Getter:
 
 
 def _nth(condition: str, n: int) -> Getter:
-    def get(s: dict[str, Any]) -> float | None:
-        values = (s["conditions"].get(condition) or {}).get("nth_token_median_s") or []
-        return values[n - 1] if len(values) >= n else None
+    def get(s: ColocationSummary) -> float | None:
+        m = s.conditions.get(condition)
+        return None if m is None else m.nth_token_median(n)
 
     return get
 
@@ -52,12 +66,12 @@ def _nth(condition: str, n: int) -> Getter:
 def _pooled_over_target(condition: str) -> Getter:
     """Share of turns over target pooled over every caller count above 2 (the seed's later rounds)."""
 
-    def get(s: dict[str, Any]) -> float | None:
-        blocks = [b["conditions"].get(condition) for n, b in s["by_callers"].items() if int(n) > 2]
-        blocks = [b for b in blocks if b and b["n_voice_turns"]]
-        if not blocks:
+    def get(s: ColocationSummary) -> float | None:
+        blocks = [b.conditions.get(condition) for n, b in s.by_callers.items() if n > 2]
+        found = [b for b in blocks if b is not None and b.n_voice_turns]
+        if not found:
             return None
-        return sum(b["voice_over_target_turns"] for b in blocks) / sum(b["n_voice_turns"] for b in blocks)
+        return sum(b.voice_over_target_turns for b in found) / sum(b.n_voice_turns for b in found)
 
     return get
 
@@ -132,35 +146,34 @@ def _hit(row: SeedRow, value: float) -> bool:
     return abs(value - row.seed) <= RELATIVE_TOLERANCE * abs(row.seed)
 
 
-def seed_comparison(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """One entry per seed row: `row`, `seed`, `flatshare` (None when the run lacks the condition), `ratio`,
-    `fitted`, `hit`."""
+def seed_comparison(summary: ColocationSummary) -> tuple[SeedComparisonRow, ...]:
+    """One entry per seed row; `flatshare`, `ratio` and `hit` are None when the run lacks the condition."""
     out = []
     for row in SEED_ROWS:
         value = row.get(summary)
         out.append(
-            {
-                "row": row.row,
-                "seed": round(row.seed, 4),
-                "flatshare": None if value is None else round(float(value), 4),
-                "ratio": None if value is None else round(float(value) / row.seed, 3),
-                "fitted": row.fitted,
-                "hit": None if value is None else _hit(row, float(value)),
-            }
+            SeedComparisonRow(
+                row=row.row,
+                seed=round(row.seed, 4),
+                flatshare=None if value is None else round(float(value), 4),
+                ratio=None if value is None else round(float(value) / row.seed, 3),
+                fitted=row.fitted,
+                hit=None if value is None else _hit(row, float(value)),
+            )
         )
-    return out
+    return tuple(out)
 
 
-def seed_table_lines(rows: list[dict[str, Any]]) -> list[str]:
+def seed_table_lines(rows: tuple[SeedComparisonRow, ...]) -> list[str]:
     """The comparison as a markdown table."""
     lines = [
         "| row | seed | flatshare | ratio | fitted or predicted | within 25% (10 points) |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
-        value = "-" if r["flatshare"] is None else f"{r['flatshare']:.3g}"
-        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
-        hit = "-" if r["hit"] is None else ("yes" if r["hit"] else "**no**")
-        kind = "fitted" if r["fitted"] else "predicted"
-        lines.append(f"| {r['row']} | {r['seed']:.3g} | {value} | {ratio} | {kind} | {hit} |")
+        value = "-" if r.flatshare is None else f"{r.flatshare:.3g}"
+        ratio = "-" if r.ratio is None else f"{r.ratio:.2f}"
+        hit = "-" if r.hit is None else ("yes" if r.hit else "**no**")
+        kind = "fitted" if r.fitted else "predicted"
+        lines.append(f"| {r.row} | {r.seed:.3g} | {value} | {ratio} | {kind} | {hit} |")
     return lines

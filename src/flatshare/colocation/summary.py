@@ -1,4 +1,5 @@
-"""Summary of a co-location experiment, computed from saved runs only.
+"""Summary of a co-location experiment, computed from saved runs only, as typed results
+(`flatshare.colocation.results`); `summary.json` is `ColocationSummary.to_json()`.
 
 `summary.json` schema (version 1): `version`, `target_s` and `conditions` for the first (smallest)
 caller count, and `by_callers.<n>` with `target_s` and `conditions` for each caller count. Under
@@ -17,18 +18,20 @@ least n long), `seed_comparison` (the first seed's table beside these figures: `
 `voice_wait_parts_mean_s` (mean seconds of each turn's time before its first token by part,
 `flatshare.sim.waits.WAIT_PARTS`, over turns with a first token and a ledger; the parts add up to
 `voice_wait_total_mean_s`, the mean time to first token of the same turns) and `voice_wait_kv_share`
-(the share of that total spent waiting for KV memory: `kv_memory` + `kv_behind_load`). `build_report` adds
-`setup` (the runs' `flatshare.colocation.setup.Setup`, when they share one; else null). Voice turns count a failed or refused turn as 30 s (see `flatshare.colocation.voice`).
+(the share of that total spent waiting for KV memory: `kv_memory` + `kv_behind_load`). `setup`: the runs'
+`flatshare.colocation.setup.Setup`, when they share one; else null. Voice turns count a failed or refused turn as 30 s (see `flatshare.colocation.voice`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import defaultdict
 from typing import Any
 
 import numpy as np
 
+from flatshare.colocation.results import CallerResult, ColocationSummary, ConditionResult, PairedComparison
 from flatshare.colocation.runs import SavedRun
 from flatshare.colocation.seed_table import seed_comparison
 from flatshare.colocation.voice import VoicePipeline, turn_stages
@@ -83,8 +86,8 @@ def wait_parts(voice: list[Any]) -> dict[str, Any]:
     }
 
 
-def condition_metrics(runs: list[SavedRun], target_s: float, pipeline: VoicePipeline) -> dict[str, Any]:
-    """Metrics of one condition at one caller count, pooled over its seeds."""
+def condition_metrics(runs: list[SavedRun], target_s: float, pipeline: VoicePipeline) -> ConditionResult:
+    """Metrics of one condition at one caller count, pooled over its seeds (comparisons not yet added)."""
     voice = [r for run in runs for r in run.records if r.cls == "voice"]
     agents = [r for run in runs for r in run.records if r.cls == "agent"]
     turns = [pipeline.turn_latency(r) for r in voice]
@@ -96,64 +99,79 @@ def condition_metrics(runs: list[SavedRun], target_s: float, pipeline: VoicePipe
     for run in runs:
         for key, value in run.engine.get("scheduler_counters", {}).items():
             counters[key].append(value)
-    return {
-        "n_runs": len(runs),
-        "n_voice_turns": len(voice),
-        "voice_failed_turns": sum(r.status != "ok" for r in voice),
-        "voice_turn_p50_s": _round(percentile(turns, 50)),
-        "voice_turn_p95_s": _round(percentile(turns, 95)),
-        "voice_turn_p95_ci": [_round(ci.low), _round(ci.high)] if ci else None,
-        "voice_turn_p99_s": _round(percentile(turns, 99)),
-        "voice_over_target_frac": _round(sum(t > target_s for t in turns) / len(turns)) if turns else None,
-        "voice_over_10s_frac": _round(sum(t > LONG_SILENCE_S for t in turns) / len(turns)) if turns else None,
-        "voice_over_target_turns": sum(t > target_s for t in turns),
-        "voice_ttft_mean_s": _round(_mean([r.ttft_s for r in voice if r.ttft_s is not None])),
-        "voice_first_sentence_mean_s": _round(
+    return ConditionResult(
+        n_runs=len(runs),
+        n_voice_turns=len(voice),
+        voice_failed_turns=sum(r.status != "ok" for r in voice),
+        voice_turn_p50_s=_round(percentile(turns, 50)),
+        voice_turn_p95_s=_round(percentile(turns, 95)),
+        voice_turn_p95_ci=(_round(ci.low), _round(ci.high)) if ci else None,
+        voice_turn_p99_s=_round(percentile(turns, 99)),
+        voice_over_target_frac=_round(sum(t > target_s for t in turns) / len(turns)) if turns else None,
+        voice_over_10s_frac=_round(sum(t > LONG_SILENCE_S for t in turns) / len(turns)) if turns else None,
+        voice_over_target_turns=sum(t > target_s for t in turns),
+        voice_ttft_mean_s=_round(_mean([r.ttft_s for r in voice if r.ttft_s is not None])),
+        voice_first_sentence_mean_s=_round(
             _mean([r.first_sentence_s - r.send_s for r in voice if r.first_sentence_s is not None])
         ),
-        "stage_waiting_mean_s": _round(_mean([s.waiting_s for s in stages])),
-        "stage_prefill_mean_s": _round(_mean([s.prefill_s for s in stages])),
-        "stage_first_sentence_mean_s": _round(_mean([s.first_sentence_s for s in stages])),
-        "first_sentence_gap_p50_s": _round(percentile(gaps, 50)),
-        "first_sentence_gap_p95_s": _round(percentile(gaps, 95)),
-        "agent_tokens_per_s": _round(_mean([_agent_rate(run) for run in runs]) if agents else None),
-        "agent_ttft_p95_s": _round(percentile(agent_ttfts, 95)),
-        "agent_ttft_max_s": _round(max(agent_ttfts) if agent_ttfts else None),
-        "preemptions": _round(_mean([float(run.engine["preemptions"]) for run in runs]), 2),
-        "make_room": {k: _round(statistics.fmean(v), 2) for k, v in sorted(counters.items())},
-        "per_seed_voice_p95_s": [
+        stage_waiting_mean_s=_round(_mean([s.waiting_s for s in stages])),
+        stage_prefill_mean_s=_round(_mean([s.prefill_s for s in stages])),
+        stage_first_sentence_mean_s=_round(_mean([s.first_sentence_s for s in stages])),
+        first_sentence_gap_p50_s=_round(percentile(gaps, 50)),
+        first_sentence_gap_p95_s=_round(percentile(gaps, 95)),
+        agent_tokens_per_s=_round(_mean([_agent_rate(run) for run in runs]) if agents else None),
+        agent_ttft_p95_s=_round(percentile(agent_ttfts, 95)),
+        agent_ttft_max_s=_round(max(agent_ttfts) if agent_ttfts else None),
+        preemptions=_round(_mean([float(run.engine["preemptions"]) for run in runs]), 2),
+        make_room={k: _round(statistics.fmean(v), 2) for k, v in sorted(counters.items())},
+        per_seed_voice_p95_s=tuple(
             _round(percentile([pipeline.turn_latency(r) for r in run.records if r.cls == "voice"], 95))
             for run in sorted(runs, key=lambda run: run.seed)
-        ],
-        "nth_token_median_s": _nth_token(voice, 50),
-        "nth_token_p95_s": _nth_token(voice, 95),
+        ),
+        nth_token_median_s=tuple(_nth_token(voice, 50)),
+        nth_token_p95_s=tuple(_nth_token(voice, 95)),
         **wait_parts(voice),
+    )
+
+
+def _paired(seeds: tuple[float | None, ...], base_seeds: tuple[float | None, ...]) -> PairedComparison | None:
+    if not base_seeds or len(seeds) != len(base_seeds) or None in seeds + base_seeds:
+        return None
+    test = paired_ttest(
+        [float(s) for s in seeds if s is not None], [float(s) for s in base_seeds if s is not None]
+    )
+    return PairedComparison(
+        mean_difference_s=_round(test.mean_difference),
+        t=_round(test.t),
+        p_value=_round(test.p_value, 6),
+        n=test.n,
+    )
+
+
+def _ratio(rate: float | None, reference: ConditionResult | None) -> float | None:
+    ref_rate = reference.agent_tokens_per_s if reference is not None else None
+    return _round(rate / ref_rate) if rate is not None and ref_rate else None
+
+
+def _add_comparisons(conditions: dict[str, ConditionResult]) -> dict[str, ConditionResult]:
+    """Each condition with its agent throughput ratios and its paired test against `BASELINE`."""
+    base, alone = conditions.get(BASELINE), conditions.get("agents-alone")
+    base_seeds = base.per_seed_voice_p95_s if base is not None else ()
+    return {
+        key: dataclasses.replace(
+            m,
+            agent_throughput_ratio=_ratio(m.agent_tokens_per_s, base),
+            agent_throughput_ratio_alone=_ratio(m.agent_tokens_per_s, alone),
+            paired_vs_vllm_priority=_paired(m.per_seed_voice_p95_s, base_seeds),
+        )
+        for key, m in conditions.items()
     }
 
 
-def _add_comparisons(conditions: dict[str, dict[str, Any]]) -> None:
-    base = conditions.get(BASELINE, {})
-    alone = conditions.get("agents-alone", {})
-    for metrics in conditions.values():
-        rate = metrics["agent_tokens_per_s"]
-        for key, ref in (("agent_throughput_ratio", base), ("agent_throughput_ratio_alone", alone)):
-            ref_rate = ref.get("agent_tokens_per_s")
-            metrics[key] = _round(rate / ref_rate) if rate is not None and ref_rate else None
-        seeds, base_seeds = metrics["per_seed_voice_p95_s"], base.get("per_seed_voice_p95_s")
-        paired = None
-        if base_seeds and len(seeds) == len(base_seeds) and None not in seeds + base_seeds:
-            test = paired_ttest(seeds, base_seeds)
-            paired = {
-                "mean_difference_s": _round(test.mean_difference),
-                "t": _round(test.t),
-                "p_value": _round(test.p_value, 6),
-                "n": test.n,
-            }
-        metrics["paired_vs_vllm_priority"] = paired
-
-
-def summarize(runs: list[SavedRun], pipeline: VoicePipeline | None = None) -> dict[str, Any]:
-    """The whole summary (see the module docstring) from saved runs."""
+def summarize(
+    runs: list[SavedRun], pipeline: VoicePipeline | None = None, setup: dict[str, Any] | None = None
+) -> ColocationSummary:
+    """The whole summary (see the module docstring) from saved runs; `setup` is recorded as given."""
     pipeline = pipeline or VoicePipeline()
     grouped: dict[int, dict[str, list[SavedRun]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
@@ -162,7 +180,7 @@ def summarize(runs: list[SavedRun], pipeline: VoicePipeline | None = None) -> di
         raise ValueError("no saved runs")
     first_callers = min(grouped)
     shared = grouped[first_callers].get("agents-alone", [])
-    by_callers: dict[str, Any] = {}
+    by_callers: dict[int, CallerResult] = {}
     for callers, conditions in sorted(grouped.items()):
         if shared and "agents-alone" not in conditions:
             conditions["agents-alone"] = shared
@@ -172,16 +190,12 @@ def summarize(runs: list[SavedRun], pipeline: VoicePipeline | None = None) -> di
         alone_turns = [pipeline.turn_latency(r) for run in alone for r in run.records if r.cls == "voice"]
         target = float(np.percentile(alone_turns, 95)) + TARGET_MARGIN_S
         metrics = {key: condition_metrics(rs, target, pipeline) for key, rs in sorted(conditions.items())}
-        _add_comparisons(metrics)
-        by_callers[str(callers)] = {"target_s": _round(target), "conditions": metrics}
-    first = by_callers[str(first_callers)]
-    summary = {
-        "version": SUMMARY_VERSION,
-        "voice_pipeline_fixed_s": pipeline.fixed_s,
-        "target_s": first["target_s"],
-        "conditions": first["conditions"],
-        "callers": sorted(grouped),
-        "by_callers": by_callers,
-    }
-    summary["seed_comparison"] = seed_comparison(summary)
-    return summary
+        by_callers[callers] = CallerResult(_round(target), _add_comparisons(metrics))
+    summary = ColocationSummary(
+        version=SUMMARY_VERSION,
+        voice_pipeline_fixed_s=pipeline.fixed_s,
+        callers=tuple(sorted(grouped)),
+        by_callers=by_callers,
+        setup=setup,
+    )
+    return dataclasses.replace(summary, seed_comparison=seed_comparison(summary))

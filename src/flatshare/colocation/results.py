@@ -1,0 +1,141 @@
+"""The co-location experiment's results as typed, frozen objects; `summary.json` is their `to_json()`.
+
+`flatshare.colocation.summary` builds them from saved runs; the report, the figures and the seed table read
+them by attribute. Field meanings are listed in `flatshare.colocation.summary`'s docstring (the schema of
+`summary.json`); each field's JSON key is its name. `None` means "not measured in these runs" (no turn,
+no agent, no baseline to compare with).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Seconds = float | None
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """A paired t-test of per-seed voice-turn p95s against the stock-priority condition."""
+
+    mean_difference_s: Seconds
+    t: float | None
+    p_value: float | None
+    n: int
+
+
+@dataclass(frozen=True)
+class ConditionResult:
+    """One condition at one caller count, pooled over its seeds."""
+
+    n_runs: int
+    n_voice_turns: int
+    voice_failed_turns: int
+    voice_turn_p50_s: Seconds
+    voice_turn_p95_s: Seconds
+    voice_turn_p95_ci: tuple[Seconds, Seconds] | None
+    voice_turn_p99_s: Seconds
+    voice_over_target_frac: float | None
+    voice_over_10s_frac: float | None
+    voice_over_target_turns: int
+    voice_ttft_mean_s: Seconds
+    voice_first_sentence_mean_s: Seconds
+    stage_waiting_mean_s: Seconds
+    stage_prefill_mean_s: Seconds
+    stage_first_sentence_mean_s: Seconds
+    first_sentence_gap_p50_s: Seconds
+    first_sentence_gap_p95_s: Seconds
+    agent_tokens_per_s: float | None
+    agent_ttft_p95_s: Seconds
+    agent_ttft_max_s: Seconds
+    preemptions: float | None
+    make_room: Mapping[str, float | None]
+    per_seed_voice_p95_s: tuple[Seconds, ...]
+    nth_token_median_s: tuple[Seconds, ...]
+    nth_token_p95_s: tuple[Seconds, ...]
+    voice_wait_parts_mean_s: Mapping[str, Seconds] | None
+    voice_wait_total_mean_s: Seconds
+    voice_wait_kv_share: float | None
+    agent_throughput_ratio: float | None = None
+    agent_throughput_ratio_alone: float | None = None
+    paired_vs_vllm_priority: PairedComparison | None = None
+
+    def nth_token_median(self, n: int) -> Seconds:
+        """Median time from send to the n-th output token (1-based), None past the measured range."""
+        return self.nth_token_median_s[n - 1] if 1 <= n <= len(self.nth_token_median_s) else None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class CallerResult:
+    """Every condition at one caller count, and the target its turns are held to."""
+
+    target_s: Seconds
+    conditions: Mapping[str, ConditionResult]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target_s": self.target_s, "conditions": {k: m.to_json() for k, m in self.conditions.items()}}
+
+
+@dataclass(frozen=True)
+class SeedComparisonRow:
+    """One figure of the first seed's table beside this experiment's (`flatshare.colocation.seed_table`).
+
+    `flatshare`, `ratio` and `hit` are None when the runs lack the condition the row needs.
+    """
+
+    row: str
+    seed: float
+    flatshare: float | None
+    ratio: float | None
+    fitted: bool
+    hit: bool | None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ColocationSummary:
+    """The whole experiment: one `CallerResult` per caller count; the first (smallest) is the headline."""
+
+    version: int
+    voice_pipeline_fixed_s: float
+    callers: tuple[int, ...]
+    by_callers: Mapping[int, CallerResult]
+    seed_comparison: tuple[SeedComparisonRow, ...] = ()
+    setup: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.callers or set(self.callers) != set(self.by_callers):
+            raise ValueError("summary: callers must name every caller count of by_callers")
+
+    @property
+    def first(self) -> CallerResult:
+        return self.by_callers[self.callers[0]]
+
+    @property
+    def target_s(self) -> Seconds:
+        return self.first.target_s
+
+    @property
+    def conditions(self) -> Mapping[str, ConditionResult]:
+        return self.first.conditions
+
+    def to_json(self) -> dict[str, Any]:
+        """`summary.json`'s content (the schema in `flatshare.colocation.summary`)."""
+        first = self.first.to_json()
+        return {
+            "version": self.version,
+            "voice_pipeline_fixed_s": self.voice_pipeline_fixed_s,
+            "target_s": first["target_s"],
+            "conditions": first["conditions"],
+            "callers": list(self.callers),
+            "by_callers": {str(n): block.to_json() for n, block in self.by_callers.items()},
+            "seed_comparison": [row.to_json() for row in self.seed_comparison],
+            "setup": None if self.setup is None else dict(self.setup),
+        }
