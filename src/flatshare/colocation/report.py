@@ -10,7 +10,7 @@ from typing import Any
 
 from flatshare.colocation import figures
 from flatshare.colocation.results import ColocationSummary, ConditionResult, SeedComparisonRow
-from flatshare.colocation.runs import load_runs
+from flatshare.colocation.runs import SavedRun, load_runs, run_dir
 from flatshare.colocation.seed_table import seed_table_lines
 from flatshare.colocation.setup import unstated_lines
 from flatshare.colocation.summary import BASELINE, summarize
@@ -168,7 +168,9 @@ def _seed(summary: ColocationSummary) -> list[str]:
     ]
 
 
-def write_report(out: Path, summary: ColocationSummary, plan_line: str) -> None:
+def write_report(
+    out: Path, summary: ColocationSummary, plan_line: str, heard: list[str] | None = None
+) -> None:
     lines = ["# Co-location: a voice agent beside coding agents (simulated engine)", "", plan_line, ""]
     lines += [
         f"Target = `alone` turn p95 + 0.25 s. Turn latency = {summary.voice_pipeline_fixed_s:.2f} s of fixed "
@@ -187,6 +189,7 @@ def write_report(out: Path, summary: ColocationSummary, plan_line: str) -> None:
             *_table(block.conditions),
             "",
         ]
+    lines += heard or []
     lines += [
         "## Figures",
         "",
@@ -226,5 +229,40 @@ def build_report(out: Path) -> ColocationSummary:
     figures.kv_figure(runs, summary, out / "kv.png")
     seeds = len({r.seed for r in runs})
     plan_line = f"{len(runs)} runs: caller counts {list(summary.callers)}, {seeds} seeds per condition."
-    write_report(out, summary, plan_line)
+    write_report(out, summary, plan_line, render_worst_turn(out, runs, summary.callers[0]))
     return summary
+
+
+HEARD = ("vllm-priority", "make-room-t48")
+
+
+def render_worst_turn(out: Path, runs: list[SavedRun], callers: int) -> list[str]:
+    """Render the slowest `vllm-priority` voice turn at `callers` (over the seeds both conditions of `HEARD`
+    ran) beside the same turn under `make-room-t48`, as `out/worst-turn.wav` and `.png`
+    (`flatshare.listen`); returns the report's lines linking them, or saying why there are none."""
+    from flatshare.listen.render import render_pair
+    from flatshare.listen.speech import missing_tools
+    from flatshare.listen.timeline import load_voice_run, worst_turn
+
+    stock, make_room = HEARD
+    seeds = [{r.seed for r in runs if r.condition == key and r.callers == callers} for key in HEARD]
+    common = sorted(seeds[0] & seeds[1])
+    if not common:
+        return []
+    missing = missing_tools()
+    if missing:
+        return [f"No rendered call: {', '.join(missing)} not installed (`make system-deps`).", ""]
+    worst = [(worst_turn(load_voice_run(run_dir(out, stock, callers, seed))), seed) for seed in common]
+    turn, seed = max(worst, key=lambda pair: pair[0].wait_s)
+    render_pair(run_dir(out, stock, callers, seed), run_dir(out, make_room, callers, seed), turn, out)
+    return [
+        "## Hear the slowest stock turn",
+        "",
+        f"The slowest `{stock}` voice turn at {callers} callers (seed {seed}, caller line {turn.caller}, "
+        f"call {turn.call}, turn {turn.turn}: {turn.wait_s:.1f} s from the end of the caller's speech to the "
+        f"reply's first audio) in the left channel, and the same turn under `{make_room}` in the right: "
+        "[worst-turn.wav](worst-turn.wav) (`flatshare listen`).",
+        "",
+        "![the slowest stock turn beside make-room](worst-turn.png)",
+        "",
+    ]
