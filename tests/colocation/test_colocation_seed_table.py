@@ -18,7 +18,7 @@ def _condition(**fields: Any) -> ConditionResult:
     for f in dataclasses.fields(ConditionResult):
         if f.default is dataclasses.MISSING:
             empty[f.name] = 0 if f.type == "int" else () if f.type.startswith("tuple[Seconds, ...]") else None
-    empty["make_room"] = {}
+    empty["make_room"] = empty["baseline_counters"] = {}
     return ConditionResult(**{**empty, **fields})
 
 

@@ -13,7 +13,7 @@ from flatshare.sim.options import EngineOptions, make_room_settings
 
 def test_option_defaults_are_the_configs_except_the_derived_ones() -> None:
     options = EngineOptions()
-    derived = {"profile": "", "kv_tokens": 0, "max_model_len": 0, "make_room": ""}
+    derived = {"profile": "", "kv_tokens": 0, "max_model_len": 0, "make_room": "", "additional_config": ""}
     for field in dataclasses.fields(EngineOptions):
         expected = derived.get(field.name, getattr(DEFAULT_ENGINE, field.name, None))
         assert getattr(options, field.name) == expected, field.name

@@ -75,7 +75,6 @@ def test_single_turn_seed_and_clipping(tmp_path: Path) -> None:
             r"conversation 0, turn 0: field 'value'",
         ),
         ([CONVERSATIONS[0], {"id": "b"}], r"conversation 1: field 'conversations'"),
-        ([CONVERSATIONS[0], CONVERSATIONS[0]], r"conversation 1: field 'id': duplicate"),
     ],
 )
 def test_malformed_files_name_the_record_and_field(tmp_path: Path, data: object, match: str) -> None:

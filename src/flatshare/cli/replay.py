@@ -10,6 +10,7 @@ import typer
 from flatshare.cli.base import app, fail
 from flatshare.cli.engine_options import (
     ENGINE,
+    AdditionalConfigOpt,
     BatchedOpt,
     BlockOpt,
     KvTokensOpt,
@@ -51,6 +52,7 @@ def replay(
     block_size: BlockOpt = ENGINE.block_size,
     cpu_tier_tokens: TierOpt = ENGINE.cpu_tier_tokens,
     make_room: MakeRoomOpt = ENGINE.make_room,
+    additional_config: AdditionalConfigOpt = ENGINE.additional_config,
 ) -> None:
     """Replay a workload against OpenAI-compatible endpoints (wall clock) or simulated engines (--sim)."""
     from flatshare.replay.command import replay_command
@@ -58,7 +60,7 @@ def replay(
     engine = EngineOptions(
         scheduler=scheduler, policy=policy, profile=profile, kv_tokens=kv_tokens,
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
-        cpu_tier_tokens=cpu_tier_tokens, make_room=make_room,
+        cpu_tier_tokens=cpu_tier_tokens, make_room=make_room, additional_config=additional_config,
     )  # fmt: skip
     try:
         summary = replay_command(

@@ -10,6 +10,7 @@ import typer
 from flatshare.cli.base import app, fail
 from flatshare.cli.engine_options import (
     ENGINE,
+    AdditionalConfigOpt,
     BatchedOpt,
     BlockOpt,
     KvTokensOpt,
@@ -40,6 +41,7 @@ def sim(
     block_size: BlockOpt = ENGINE.block_size,
     cpu_tier_tokens: TierOpt = ENGINE.cpu_tier_tokens,
     make_room: MakeRoomOpt = ENGINE.make_room,
+    additional_config: AdditionalConfigOpt = ENGINE.additional_config,
     seed: SeedOpt = 0,
 ) -> None:
     """Run requests through vLLM's scheduler on a virtual clock and write per-request records."""
@@ -49,7 +51,7 @@ def sim(
         scheduler=scheduler, policy=policy, profile=profile, kv_tokens=kv_tokens,
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         max_model_len=max_model_len, block_size=block_size, cpu_tier_tokens=cpu_tier_tokens,
-        make_room=make_room,
+        make_room=make_room, additional_config=additional_config,
     )  # fmt: skip
     try:
         summary = sim_command(requests, out, engine, seed)
@@ -74,6 +76,7 @@ def serve_sim(
     block_size: BlockOpt = ENGINE.block_size,
     cpu_tier_tokens: TierOpt = ENGINE.cpu_tier_tokens,
     make_room: MakeRoomOpt = ENGINE.make_room,
+    additional_config: AdditionalConfigOpt = ENGINE.additional_config,
     seed: SeedOpt = 0,
 ) -> None:
     """The simulated engine behind a real OpenAI-compatible server (wall-clock time, vLLM's /metrics)."""
@@ -83,7 +86,7 @@ def serve_sim(
         scheduler=scheduler, policy=policy, profile=profile, kv_tokens=kv_tokens,
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         max_model_len=max_model_len, block_size=block_size, cpu_tier_tokens=cpu_tier_tokens,
-        make_room=make_room,
+        make_room=make_room, additional_config=additional_config,
     )  # fmt: skip
     try:
         serve_sim_command(port, host, model_name, speed, engine, seed)

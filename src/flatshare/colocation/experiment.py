@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,18 +26,25 @@ WINDOW_SWEEP = (0, 8, 16, 24, 32, 48, 64)
 
 @dataclass(frozen=True)
 class Condition:
+    """One way of serving the same requests: the engine's scheduler (`scheduler`: an alias of
+    `flatshare.sim.config.SCHEDULER_ALIASES`; `additional_config`: vLLM's --additional-config, where
+    flatshare's schedulers read their settings), and optionally a gateway-side baseline in front of it
+    (`gate`: a name of `flatshare.gateway.baselines.BASELINE_NAMES`, with `gate_settings`)."""
+
     key: str
     scheduler: str = "vllm"
     policy: str = "priority"
-    make_room: dict[str, Any] | None = None
+    additional_config: Mapping[str, Any] | None = None
     max_num_batched_tokens: int = DEFAULT_ENGINE.max_num_batched_tokens
     voice: bool = True
     agents: bool = True
     window_tokens: int | None = None  # for the window sweep
+    gate: str | None = None
+    gate_settings: Mapping[str, Any] | None = None
 
 
 def _mr(window: int, **more: Any) -> dict[str, Any]:
-    return {"enabled": True, "window_tokens": window, **more}
+    return {"make_room": {"enabled": True, "window_tokens": window, **more}}
 
 
 MAIN_CONDITIONS = (
@@ -45,21 +52,46 @@ MAIN_CONDITIONS = (
     Condition("agents-alone", voice=False),
     Condition("vllm-fcfs", policy="fcfs"),
     Condition("vllm-priority"),
-    Condition("make-room-preempt", "make-room", make_room=_mr(0), window_tokens=0),
-    Condition("make-room-t16", "make-room", make_room=_mr(16), window_tokens=16),
-    Condition("make-room-t48", "make-room", make_room=_mr(48), window_tokens=48),
-    Condition("make-room-t48-decode", "make-room", make_room=_mr(48, hold_decode=True)),
+    Condition("make-room-preempt", "make-room", additional_config=_mr(0), window_tokens=0),
+    Condition("make-room-t16", "make-room", additional_config=_mr(16), window_tokens=16),
+    Condition("make-room-t48", "make-room", additional_config=_mr(48), window_tokens=48),
+    Condition("make-room-t48-decode", "make-room", additional_config=_mr(48, hold_decode=True)),
     Condition("vllm-priority-256", max_num_batched_tokens=256),
-    Condition("make-room-t48-256", "make-room", make_room=_mr(48), max_num_batched_tokens=256),
+    Condition("make-room-t48-256", "make-room", additional_config=_mr(48), max_num_batched_tokens=256),
     Condition(
         "make-room-t48-256-decode",
         "make-room",
-        make_room=_mr(48, hold_decode=True),
+        additional_config=_mr(48, hold_decode=True),
         max_num_batched_tokens=256,
     ),
 )
 SWEEP_CONDITIONS = tuple(
-    Condition(f"make-room-t{t}", "make-room", make_room=_mr(t), window_tokens=t) for t in (8, 24, 32, 64)
+    Condition(f"make-room-t{t}", "make-room", additional_config=_mr(t), window_tokens=t)
+    for t in (8, 24, 32, 64)
+)
+
+
+def _gate(key: str, gate: str, **settings: Any) -> Condition:
+    return Condition(key, gate=gate, gate_settings=settings)
+
+
+def _engine(key: str, scheduler: str, section: str, **settings: Any) -> Condition:
+    return Condition(key, scheduler, additional_config={section: {"enabled": True, **settings}})
+
+
+# Every alternative the first seed tried, each with a small sweep of its settings (docs/baselines-*.md);
+# `BASELINE_CONDITIONS` are the best of each sweep, named by the baseline alone.
+BASELINE_SWEEP = (
+    *(_gate(f"agent-cap-{n}", "agent-cap", max_agents_per_backend=n) for n in (1, 2, 4, 8)),
+    _gate("abort-resubmit-sentence", "abort-resubmit", resume_on="first_sentence"),
+    _gate("abort-resubmit-token", "abort-resubmit", resume_on="first_token"),
+    _gate("flow-control-kv80", "flow-control", kv_cache_util_threshold=0.8, queue_depth_threshold=5),
+    _gate("flow-control-kv95", "flow-control", kv_cache_util_threshold=0.95, queue_depth_threshold=20),
+    _gate("leaseholder-kv90", "leaseholder", shorten_kv_usage=0.9, short_max_tokens=16),
+    _gate("leaseholder-kv70", "leaseholder", shorten_kv_usage=0.7, short_max_tokens=8),
+    _engine("sglang-preempt-t10", "sglang-preempt", "sglang_preempt", threshold=10),
+    _engine("sglang-preempt-t9", "sglang-preempt", "sglang_preempt", threshold=9),
+    *(_engine(f"reserve-voice-{k}k", "reserve", "reserve", reserve_tokens=k * 1024) for k in (2, 4, 8, 16)),
 )
 
 
@@ -90,7 +122,7 @@ class ColocationPlan:
 
 def pick_conditions(keys: str) -> tuple[Condition, ...]:
     """The conditions named in `keys` (comma-separated), in the plan's order; ValueError naming unknowns."""
-    every = MAIN_CONDITIONS + SWEEP_CONDITIONS
+    every = MAIN_CONDITIONS + SWEEP_CONDITIONS + BASELINE_SWEEP
     wanted = [k.strip() for k in keys.split(",") if k.strip()]
     unknown = sorted(set(wanted) - {c.key for c in every})
     if not wanted or unknown:
@@ -113,7 +145,7 @@ def engine_config(condition: Condition, setup: Setup) -> Any:
         scheduler=condition.scheduler,
         policy=condition.policy,
         max_num_batched_tokens=condition.max_num_batched_tokens,
-        additional_config={"make_room": condition.make_room} if condition.make_room else {},
+        additional_config=dict(condition.additional_config or {}),
         max_model_len=setup.max_model_len,
         kv_tokens=kv_tokens,
         cpu_tier_tokens=setup.cpu_tier_tokens,
@@ -133,6 +165,7 @@ def workload_spec(callers: int, plan: ColocationPlan) -> str:
 
 def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: ColocationPlan) -> str:
     """Run one (condition, callers, seed) and save it; returns its folder. Imports vLLM."""
+    from flatshare.gateway.baselines import make_gate
     from flatshare.replay.virtual import run_virtual
     from flatshare.sim.engine import SimEngine
     from flatshare.sim.profile import load_profile
@@ -148,7 +181,10 @@ def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: Colo
     keep = {"voice"} if not condition.agents else {"agent"} if not condition.voice else {"voice", "agent"}
     workload = Workload(full.name, tuple(s for s in full.sessions if s.cls in keep), full.seed)
     engine = SimEngine(config, profile)
-    run = run_virtual(workload, [engine], until_s=plan.duration_s, stop_s=plan.duration_s + plan.drain_s)
+    gate = make_gate(condition.gate, condition.gate_settings) if condition.gate else None
+    run = run_virtual(
+        workload, [engine], until_s=plan.duration_s, stop_s=plan.duration_s + plan.drain_s, gate=gate
+    )
     folder = run_dir(out, condition.key, callers, seed)
     facts = {
         "engine_config": config.to_json(),
@@ -158,6 +194,8 @@ def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: Colo
         "duration_s": plan.duration_s,
         "seed": seed,
     }
+    if condition.gate:
+        facts["gate"] = {"name": condition.gate, "settings": dict(condition.gate_settings or {})}
     save_run(folder, run, facts)
     return str(folder)
 

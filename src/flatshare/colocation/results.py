@@ -52,6 +52,7 @@ class ConditionResult:
     agent_ttft_max_s: Seconds
     preemptions: float | None
     make_room: Mapping[str, float | None]
+    baseline_counters: Mapping[str, float | None]
     per_seed_voice_p95_s: tuple[Seconds, ...]
     nth_token_median_s: tuple[Seconds, ...]
     nth_token_p95_s: tuple[Seconds, ...]

@@ -2,7 +2,8 @@
 
 Layout under an experiment folder: `runs/<condition>/c<callers>/s<seed>/` holding `requests.jsonl`
 (replay records, see `flatshare.replay.records`), `samples.jsonl` (engine samples with an `engine` field)
-and `engine.json` (engine settings, preemptions, steps, virtual seconds, scheduler counters, duration).
+and `engine.json` (engine settings, preemptions, steps, virtual seconds, scheduler counters, duration, and
+the gateway-side baseline's counters `gate_counters` when the condition has one).
 Analysis reads only these files.
 """
 
@@ -42,6 +43,8 @@ def save_run(target: Path, run: VirtualRun, facts: dict[str, Any]) -> None:
         "virtual_s": max(e.now for e in engines),
         "scheduler_counters": _sum_counters([e.result().scheduler_counters for e in engines]),
     }
+    if run.gate_counters:
+        facts["gate_counters"] = run.gate_counters
     with atomic_folder(target) as folder:
         write_records(folder / "requests.jsonl", run.records)
         write_jsonl(folder / "samples.jsonl", ({"engine": e, **s.to_json()} for e, s in run.samples))

@@ -11,7 +11,9 @@ sentence), `stage_waiting_mean_s`, `stage_prefill_mean_s`, `stage_first_sentence
 `first_sentence_gap_p50_s`, `first_sentence_gap_p95_s`, `agent_tokens_per_s` (agent output tokens
 inside the run's duration per second, mean over seeds), `agent_throughput_ratio` (to `vllm-priority`),
 `agent_throughput_ratio_alone` (to `agents-alone`), `agent_ttft_p95_s`, `agent_ttft_max_s`,
-`preemptions` (mean per run), `make_room` (counters, mean per run), `per_seed_voice_p95_s`,
+`preemptions` (mean per run), `make_room` (make-room's counters, mean per run), `baseline_counters` (a
+baseline's counters, mean per run: an engine-side baseline scheduler's and a gateway-side baseline's,
+`flatshare.gateway.baselines`; empty for stock vLLM), `per_seed_voice_p95_s`,
 `paired_vs_vllm_priority` (`mean_difference_s`, `t`, `p_value`, `n`), `nth_token_median_s` and
 `nth_token_p95_s` (median and p95 time from send to the n-th output token, n = 1..40, over replies at
 least n long), `seed_comparison` (the first seed's table beside these figures: `flatshare.colocation.seed_table`),
@@ -86,6 +88,12 @@ def wait_parts(voice: list[Any]) -> dict[str, Any]:
     }
 
 
+def _mean_counters(runs: list[SavedRun], name: str) -> dict[str, float | None]:
+    """The mean per run of each counter in the runs' `engine.json` `name` (a run without one counts 0)."""
+    keys = sorted({k for run in runs for k in run.engine.get(name, {})})
+    return {k: _round(statistics.fmean(run.engine.get(name, {}).get(k, 0) for run in runs), 2) for k in keys}
+
+
 def condition_metrics(runs: list[SavedRun], target_s: float, pipeline: VoicePipeline) -> ConditionResult:
     """Metrics of one condition at one caller count, pooled over its seeds (comparisons not yet added)."""
     voice = [r for run in runs for r in run.records if r.cls == "voice"]
@@ -95,10 +103,9 @@ def condition_metrics(runs: list[SavedRun], target_s: float, pipeline: VoicePipe
     gaps = [g for s in stages for g in s.gaps_s]
     ci = bootstrap_ci(turns) if turns else None
     agent_ttfts = [r.ttft_s for r in agents if r.ttft_s is not None]
-    counters: dict[str, list[int]] = defaultdict(list)
-    for run in runs:
-        for key, value in run.engine.get("scheduler_counters", {}).items():
-            counters[key].append(value)
+    counters = _mean_counters(runs, "scheduler_counters")
+    gate_counters = _mean_counters(runs, "gate_counters")
+    make_room = runs[0].engine.get("engine_config", {}).get("scheduler") == "make-room"
     return ConditionResult(
         n_runs=len(runs),
         n_voice_turns=len(voice),
@@ -123,7 +130,8 @@ def condition_metrics(runs: list[SavedRun], target_s: float, pipeline: VoicePipe
         agent_ttft_p95_s=_round(percentile(agent_ttfts, 95)),
         agent_ttft_max_s=_round(max(agent_ttfts) if agent_ttfts else None),
         preemptions=_round(_mean([float(run.engine["preemptions"]) for run in runs]), 2),
-        make_room={k: _round(statistics.fmean(v), 2) for k, v in sorted(counters.items())},
+        make_room=counters if make_room else {},
+        baseline_counters=gate_counters if make_room else counters | gate_counters,
         per_seed_voice_p95_s=tuple(
             _round(percentile([pipeline.turn_latency(r) for r in run.records if r.cls == "voice"], 95))
             for run in sorted(runs, key=lambda run: run.seed)

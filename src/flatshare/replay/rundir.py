@@ -32,10 +32,18 @@ RUN_VERSION = 1
 REQUESTS, SAMPLES, RUN = "requests.jsonl", "samples.jsonl", "run.json"
 
 
-def prepare(out: Path) -> Path:
-    """Make the output folder (InputError if it is a file or cannot be made)."""
+def check_out(out: Path) -> None:
+    """InputError if `--out` names something that is not a folder (checked before any work is done)."""
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a folder")
+    above = next((p for p in out.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise InputError(f"--out {out}: {above} is not a folder")
+
+
+def prepare(out: Path) -> Path:
+    """Make the output folder (InputError if it is a file or cannot be made)."""
+    check_out(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

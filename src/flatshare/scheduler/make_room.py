@@ -101,6 +101,10 @@ class MakeRoomMixin(Scheduler):
     def make_room_counters(self) -> dict[str, int]:
         return asdict(self.make_room_stats)
 
+    def flatshare_counters(self) -> dict[str, int]:
+        """The counters every flatshare scheduler exposes (the simulator's `scheduler_counters`)."""
+        return self.make_room_counters()
+
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         if not self._active:
             return super().schedule(*args, **kwargs)

@@ -31,15 +31,23 @@ def installed_vllm_version() -> str:
     return str(__version__)
 
 
-def check_vllm_version(version: str, allow_untested: bool) -> None:
-    """Raise `MakeRoomConfigError` for a vLLM release outside `TESTED_VLLM_VERSIONS` unless allowed."""
+def check_vllm_version(
+    version: str,
+    allow_untested: bool,
+    *,
+    name: str = "make-room",
+    key: str = "make_room",
+    error: type[ValueError] = MakeRoomConfigError,
+) -> None:
+    """Raise `error` for a vLLM release outside `TESTED_VLLM_VERSIONS` unless allowed. `name` and `key`
+    are the scheduler's and its `additional_config` section's (every flatshare scheduler checks here)."""
     if release(version) in TESTED_VLLM_VERSIONS:
         return
     tested = ", ".join(TESTED_VLLM_VERSIONS)
     if allow_untested or os.environ.get(ALLOW_ENV, "") == "1":
-        log.warning("make-room: vLLM %s is untested (tested: %s); running as asked", version, tested)
+        log.warning("%s: vLLM %s is untested (tested: %s); running as asked", name, version, tested)
         return
-    raise MakeRoomConfigError(
-        f"make-room is tested with vLLM {tested}, not {version}; set make_room.allow_untested_vllm "
+    raise error(
+        f"{name} is tested with vLLM {tested}, not {version}; set {key}.allow_untested_vllm "
         f"(or {ALLOW_ENV}=1) to run on it anyway"
     )

@@ -13,7 +13,11 @@ from flatshare.errors import InputError
 SCHEDULER_ALIASES = {
     "vllm": "vllm.v1.core.sched.scheduler.Scheduler",
     "make-room": "flatshare.scheduler.MakeRoomScheduler",
+    "sglang-preempt": "flatshare.scheduler.SglangPreemptScheduler",
+    "reserve": "flatshare.scheduler.ReserveScheduler",
 }
+SCHEDULER_CONFIG_KEYS = {"make-room": "make_room", "sglang-preempt": "sglang_preempt", "reserve": "reserve"}
+"""The `additional_config` key each flatshare scheduler reads its settings from (docs/baselines-engine.md)."""
 POLICIES = ("fcfs", "priority")
 
 
@@ -30,8 +34,9 @@ class EngineConfig:
     Each field mirrors a `vllm serve` flag: `block_size` (--block-size), `kv_tokens` (KV capacity in
     tokens; --num-gpu-blocks-override is `kv_tokens // block_size`), `max_num_batched_tokens`,
     `max_num_seqs`, `enable_chunked_prefill`, `enable_prefix_caching`, `policy`
-    (--scheduling-policy), `max_model_len`, `scheduler` (--scheduler-cls: `vllm`, `make-room` or a
-    dotted path) and `additional_config` (--additional-config, where make-room reads its settings).
+    (--scheduling-policy), `max_model_len`, `scheduler` (--scheduler-cls: an alias of
+    `SCHEDULER_ALIASES` or a dotted path) and `additional_config` (--additional-config, where each
+    flatshare scheduler reads its settings under its key, `SCHEDULER_CONFIG_KEYS`).
     `cpu_tier_tokens` > 0 turns on the simulated CPU KV tier with that capacity.
     `long_prefill_token_threshold` (--long-prefill-token-threshold): a request's chunk cap per step
     while others run (0: none).

@@ -115,6 +115,32 @@ class SimEngine:
         heapq.heappush(self._pending, (arrival, self._seq, request))
         self._seq += 1
 
+    def abort(self, request_id: str) -> bool:
+        """Abort an unfinished request as vLLM does when its client disconnects: the scheduler finishes it
+        with `RequestStatus.FINISHED_ABORTED` (`Scheduler.finish_requests`), freeing its KV blocks. One
+        still in the arrival queue is dropped from it. Its record ends now with status `aborted` and
+        finish reason `abort`. False when the engine has no unfinished request of that id."""
+        from vllm.v1.request import RequestStatus
+
+        record: RequestRecord | None = None
+        for i, (_, _, spec) in enumerate(self._pending):
+            if spec.id == request_id:
+                self._pending.pop(i)
+                heapq.heapify(self._pending)
+                record = RequestRecord(
+                    spec.id, spec.cls, spec.priority, spec.arrival_s, spec.prompt_tokens, spec.max_tokens
+                )
+                self.records[spec.id] = record
+                break
+        else:
+            record = self.records.get(request_id)
+            if record is None or record.status != "running":
+                return False
+            self.scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
+        assert record is not None
+        record.status, record.finish_reason, record.finish_s = "aborted", "abort", self.now
+        return True
+
     def has_work(self) -> bool:
         return (
             bool(self._pending)
@@ -251,7 +277,7 @@ class SimEngine:
         return counters
 
     def result(self) -> SimResult:
-        counters_fn = getattr(self.scheduler, "make_room_counters", None)
+        counters_fn = getattr(self.scheduler, "flatshare_counters", None)  # every flatshare scheduler
         counters = counters_fn() if callable(counters_fn) else {}
         return SimResult(
             records=sorted(self.records.values(), key=lambda r: (r.arrival_s, r.id)),

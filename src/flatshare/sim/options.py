@@ -3,18 +3,26 @@
 `flatshare sim`, `serve-sim` and `replay --sim` take the same engine options; their typer defaults are
 this dataclass's fields, which are `EngineConfig`'s (`DEFAULT_ENGINE`) except where a command option
 means "derive it": `kv_tokens` 0 (the step-time profile's), `max_model_len` 0 (what the KV cache
-holds, at most 32768), `profile` "" (the shipped default) and `make_room` "" (no make-room settings).
-Pure Python: importing this module imports no vLLM.
+holds, at most 32768), `profile` "" (the shipped default), `make_room` "" (no make-room settings) and
+`additional_config` "" (none: vLLM's `--additional-config`, a JSON object).
+Pure Python: importing this module imports no vLLM (checking a flatshare scheduler's settings does,
+when `build()` runs).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from flatshare import jsonin
 from flatshare.errors import InputError
-from flatshare.sim.config import DEFAULT_ENGINE, EngineConfig, fitting_model_len
+from flatshare.sim.config import (
+    DEFAULT_ENGINE,
+    SCHEDULER_ALIASES,
+    SCHEDULER_CONFIG_KEYS,
+    EngineConfig,
+    fitting_model_len,
+)
 
 if TYPE_CHECKING:
     from flatshare.sim.profile import StepTimeProfile
@@ -34,6 +42,7 @@ class EngineOptions:
     block_size: int = DEFAULT_ENGINE.block_size
     cpu_tier_tokens: int = DEFAULT_ENGINE.cpu_tier_tokens
     make_room: str = ""
+    additional_config: str = ""
 
     def build(self) -> tuple[EngineConfig, StepTimeProfile]:
         """The validated engine config and the step-time profile (InputError on a bad value)."""
@@ -49,7 +58,7 @@ class EngineOptions:
             policy=self.policy,
             max_model_len=self.max_model_len or fitting_model_len(kv, self.block_size),
             scheduler=self.scheduler,
-            additional_config={"make_room": make_room_settings(self.make_room)} if self.make_room else {},
+            additional_config=additional_config(self.scheduler, self.additional_config, self.make_room),
             cpu_tier_tokens=self.cpu_tier_tokens,
         )
         return config, step_profile
@@ -57,10 +66,54 @@ class EngineOptions:
 
 def make_room_settings(text: str) -> dict[str, object]:
     """The `--make-room` option's JSON object (InputError unless it is one)."""
+    return _json_object("--make-room", text)
+
+
+def additional_config(scheduler: str, text: str = "", make_room: str = "") -> dict[str, object]:
+    """vLLM's `--additional-config` (`text`, a JSON object) with `--make-room`'s settings under
+    `make_room`, checked for `scheduler` (`check_scheduler_settings`); InputError in one line."""
+    value = _json_object("--additional-config", text) if text else {}
+    if make_room:
+        if "make_room" in value:
+            raise InputError("make-room's settings are given twice: in --make-room and --additional-config")
+        value["make_room"] = make_room_settings(make_room)
+    check_scheduler_settings(scheduler, value)
+    return value
+
+
+def check_scheduler_settings(scheduler: str, additional: dict[str, object]) -> None:
+    """For a flatshare scheduler alias: its own section must build its config (unknown keys are errors),
+    and another flatshare scheduler's section is an error (it would be ignored). `vllm` reads no flatshare
+    section. A dotted class path is not checked: vLLM and other plug-ins may read any key."""
+    if scheduler not in SCHEDULER_ALIASES:
+        return
+    own = SCHEDULER_CONFIG_KEYS.get(scheduler)
+    for name, key in SCHEDULER_CONFIG_KEYS.items():
+        if key in additional and key != own:
+            reads = f"reads {own!r}" if own else "reads no flatshare settings"
+            raise InputError(
+                f"--additional-config: {key!r} is {name}'s section; --scheduler {scheduler} {reads}"
+            )
+    if own is None or own not in additional:
+        return
+    config_class = _config_class(scheduler)
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--make-room: not valid JSON ({exc.msg})") from exc
+        config_class.from_additional_config(additional)
+    except ValueError as exc:
+        raise InputError(f"--additional-config: {exc}") from exc
+
+
+def _config_class(scheduler: str) -> Any:
+    """The settings class of a flatshare scheduler alias (importing it imports vLLM)."""
+    from flatshare.scheduler import MakeRoomConfig, ReserveConfig, SglangPreemptConfig
+
+    return {"make-room": MakeRoomConfig, "sglang-preempt": SglangPreemptConfig, "reserve": ReserveConfig}[
+        scheduler
+    ]
+
+
+def _json_object(option: str, text: str) -> dict[str, object]:
+    value = jsonin.loads(text, option)
     if not isinstance(value, dict):
-        raise InputError("--make-room: must be a JSON object")
+        raise InputError(f"{option}: must be a JSON object")
     return value

@@ -21,13 +21,14 @@ times include it; inter-token gaps do not change.
 from __future__ import annotations
 
 import dataclasses
-import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from flatshare import jsonin
 from flatshare.errors import InputError
 
 DEFAULT_PROFILE = "llama3-8b-24gb"
@@ -67,6 +68,14 @@ class StepTimeProfile:
     api_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
+        for name in (*_COEFFICIENTS, "api_latency_s", "cpu_load_bytes_per_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise InputError(f"profile {self.name}: {name} must be a finite number, got {value!r}")
+        for name in ("kv_bytes_per_token", "default_kv_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InputError(f"profile {self.name}: {name} must be an integer, got {value!r}")
         for name in (*_COEFFICIENTS, "api_latency_s"):
             if getattr(self, name) < 0:
                 raise InputError(f"profile {self.name}: {name} must be >= 0")
@@ -105,6 +114,10 @@ class StepTimeProfile:
             return cls(**values)
         except TypeError as exc:
             raise InputError(f"{origin}: {exc}") from exc
+        except InputError as exc:
+            if origin.startswith("profile "):  # a shipped profile: the message names it already
+                raise
+            raise InputError(f"{origin}: {exc}") from exc  # a file: name the file too
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -124,7 +137,7 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> StepTimeProfile:
     """Load a shipped profile by name, or a profile file by path."""
     path = Path(name_or_path)
     if path.suffix == ".json" and path.exists():
-        text, origin = path.read_text(), str(path)
+        text, origin = jsonin.read_text(path), str(path)
     else:
         resource = resources.files("flatshare.sim") / "profiles" / f"{name_or_path}.json"
         if not resource.is_file():
@@ -133,10 +146,7 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> StepTimeProfile:
                 f"({', '.join(shipped_profiles())})"
             )
         text, origin = resource.read_text(), f"profile {name_or_path}"
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{origin}: not valid JSON ({exc})") from exc
+    data = jsonin.loads(text, origin)
     if not isinstance(data, dict):
         raise InputError(f"{origin}: must be a JSON object")
     return StepTimeProfile.from_dict(data, origin)

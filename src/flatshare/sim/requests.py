@@ -9,16 +9,19 @@ Unknown fields are rejected. Any error names the file, the line and the field, a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flatshare import jsonin
 from flatshare.errors import InputError
 from flatshare.sim.tokens import TokenStreams
 
 _REQUIRED = ("id", "arrival_s", "max_tokens", "priority")
+# Arrivals past this many seconds (about 116 days) are refused: a week-long trace fits, and a float clock
+# that far out still resolves a step of a few microseconds (at 1e300 s a step would not move it at all).
+MAX_ARRIVAL_S = 1e7
 _OPTIONAL = ("prompt_tokens", "prompt_token_ids", "prefix_group", "cls")
 
 
@@ -67,25 +70,29 @@ def parse_request(
     if not isinstance(rid, str) or not rid:
         raise _field_error(where, "id", "must be a non-empty string")
     arrival = data["arrival_s"]
-    if not isinstance(arrival, int | float) or isinstance(arrival, bool) or not arrival >= 0:
-        raise _field_error(where, "arrival_s", f"must be a number >= 0, got {arrival!r}")
+    if not isinstance(arrival, int | float) or isinstance(arrival, bool) or not 0 <= arrival <= MAX_ARRIVAL_S:
+        raise _field_error(
+            where, "arrival_s", f"must be a number of seconds in [0, {MAX_ARRIVAL_S:g}], got {arrival!r}"
+        )
     max_tokens = _int_field(data, "max_tokens", where, 1)
     priority = _int_field(data, "priority", where, None)
-    ids = _prompt_ids(data, where, streams)
-    if len(ids) + max_tokens > max_model_len:
-        name = "prompt_token_ids" if "prompt_token_ids" in data else "prompt_tokens"
-        raise _field_error(
-            where,
-            name,
-            f"prompt ({len(ids)}) + max_tokens ({max_tokens}) exceeds max_model_len {max_model_len}",
-        )
+    ids = _prompt_ids(data, where, streams, max_model_len - max_tokens)
     cls = data.get("cls", "")
     if not isinstance(cls, str):
         raise _field_error(where, "cls", "must be a string")
     return SimRequest(rid, float(arrival), tuple(ids), max_tokens, priority, cls)
 
 
-def _prompt_ids(data: Mapping[str, Any], where: str, streams: TokenStreams) -> list[int]:
+def _too_long(where: str, name: str, prompt: int, room: int) -> InputError:
+    return _field_error(
+        where,
+        name,
+        f"prompt ({prompt}) + max_tokens exceeds max_model_len (room for {max(room, 0)} prompt tokens)",
+    )
+
+
+def _prompt_ids(data: Mapping[str, Any], where: str, streams: TokenStreams, room: int) -> list[int]:
+    """The prompt's token ids, its length checked against `room` before any id is made."""
     if ("prompt_tokens" in data) == ("prompt_token_ids" in data):
         raise _field_error(where, "prompt_tokens", "give exactly one of prompt_tokens or prompt_token_ids")
     if "prompt_token_ids" in data:
@@ -93,8 +100,12 @@ def _prompt_ids(data: Mapping[str, Any], where: str, streams: TokenStreams) -> l
         ok = isinstance(ids, list) and ids and all(isinstance(x, int) and x >= 0 for x in ids)
         if not ok:
             raise _field_error(where, "prompt_token_ids", "must be a non-empty list of non-negative integers")
+        if len(ids) > room:
+            raise _too_long(where, "prompt_token_ids", len(ids), room)
         return list(ids)
     n = _int_field(data, "prompt_tokens", where, 1)
+    if n > room:
+        raise _too_long(where, "prompt_tokens", n, room)
     group = data.get("prefix_group")
     if group is not None and not isinstance(group, str):
         raise _field_error(where, "prefix_group", "must be a string")
@@ -122,19 +133,13 @@ def parse_requests(
 
 def load_requests(path: Path, max_model_len: int, seed: int = 0) -> list[SimRequest]:
     """Read and validate a request JSONL file (see the module docstring)."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
+    lines = jsonin.read_text(path).splitlines()
 
     def records() -> Iterable[tuple[str, Mapping[str, Any]]]:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             where = f"{path}:{number}"
-            try:
-                yield where, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{where}: not valid JSON ({exc.msg})") from exc
+            yield where, jsonin.loads(line, where)
 
     return parse_requests(records(), max_model_len, seed)

@@ -1,8 +1,8 @@
 """Build vLLM's real v1 scheduler in-process, without a model or a GPU.
 
 vLLM needs only a model `config.json` (no weights, no tokenizer), the KV capacity set by hand and a
-`KVCacheConfig` with one full-attention group. The scheduler class is vLLM's `Scheduler`, make-room,
-or any subclass named by a dotted path, as `vllm serve --scheduler-cls` takes it.
+`KVCacheConfig` with one full-attention group. The scheduler class is vLLM's `Scheduler`, one of flatshare's
+(`flatshare.sim.config.SCHEDULER_ALIASES`), or any subclass named by a dotted path, as `vllm serve --scheduler-cls` takes it.
 """
 
 from __future__ import annotations
@@ -49,7 +49,10 @@ def resolve_scheduler_class(path: str) -> type[Scheduler]:
     """Import a scheduler class by dotted path; it must subclass vLLM's v1 `Scheduler`."""
     module_name, _, class_name = path.rpartition(".")
     if not module_name:
-        raise InputError(f"scheduler {path!r}: not a dotted path (module.Class), 'vllm' or 'make-room'")
+        from flatshare.sim.config import SCHEDULER_ALIASES
+
+        known = ", ".join(repr(a) for a in SCHEDULER_ALIASES)
+        raise InputError(f"scheduler {path!r}: not a dotted path (module.Class) nor one of {known}")
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:

