@@ -20,7 +20,8 @@ $(STAMP): pyproject.toml
 	-$(BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec triton
 	touch $(STAMP)
 
-# espeak-ng and sox (Debian packages) speak and fit the calls of `flatshare listen`. Installed with apt-get
+# espeak-ng and sox (Debian packages) speak and fit the calls of `flatshare listen`; prometheus (below) runs
+# the deploy tests' real Prometheus. Installed with apt-get
 # when missing and make runs as root; otherwise a note, and the listen tests skip. Two `command -v` checks
 # when both are there.
 system-deps:
@@ -31,6 +32,15 @@ system-deps:
 	  || echo "system-deps: apt-get could not install espeak-ng and sox; flatshare listen needs them, its tests skip"; \
 	else echo "system-deps: espeak-ng and sox are missing (not root, or no apt-get): install them to hear calls" \
 	  "(flatshare listen); its tests skip without them"; fi
+	@# Prometheus (server and promtool), Debian's package: tests/deploy runs it against a gateway and serve-sim,
+	@# evaluating the Grafana dashboard's queries and firing an alert of deploy/prometheus/rules.yml.
+	@if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "system-deps: installing prometheus (apt-get)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } \
+	  || echo "system-deps: apt-get could not install prometheus; the Prometheus tests (tests/deploy) skip"; \
+	else echo "system-deps: prometheus is missing (not root, or no apt-get): install Debian's prometheus package" \
+	  "to run the Prometheus tests (tests/deploy); they skip without it"; fi
 
 demo: $(STAMP) system-deps
 	$(BIN)/flatshare experiment colocation --quick --out $(OUT)

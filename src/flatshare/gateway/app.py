@@ -4,7 +4,8 @@ Routes: `POST /v1/completions`, `POST /v1/chat/completions` (proxied, `proxy.py`
 (the union of the healthy backends' models), `GET /health` (200 while any backend is healthy, else
 503), `GET /metrics` (the gateway's own, `metrics.py`), `GET /gateway/backends` (every backend's
 snapshot as JSON, for operators), `GET` and `PUT /gateway/routing` (the routing in force; switching it
-needs the admin token, `admin.py`).
+needs the admin token, `admin.py`), `POST /gateway/events` (signals for a baseline, admin token,
+`events.py`).
 
 The lifespan warns when the gateway runs open, starts one poller per backend and waits for their first
 round (at most about three poll timeouts) so the first requests see real readings, then stops them and closes
@@ -30,9 +31,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from flatshare.gateway.admin import RoutingRoutes
 from flatshare.gateway.audit import AuditLog, backend_fields
 from flatshare.gateway.backends import BackendPool
+from flatshare.gateway.baselines import make_gate
 from flatshare.gateway.config import GatewayConfig
+from flatshare.gateway.events import EventRoute
+from flatshare.gateway.gating import GateKeeper
 from flatshare.gateway.input_count import TokenCounter
-from flatshare.gateway.poller import Poller
+from flatshare.gateway.membership import Membership
 from flatshare.gateway.proxy import Proxy, ProxyParts
 from flatshare.gateway.switch import RoutingConfig, RoutingSwitch
 from flatshare.gateway.telemetry import CONTENT_TYPE, GatewayMetrics
@@ -52,12 +56,15 @@ class Gateway:
     metrics: GatewayMetrics
     audit: AuditLog
     routing: RoutingSwitch
+    gate: GateKeeper | None = None
 
 
 def startup_notes(config: GatewayConfig) -> list[str]:
     """What the gateway says when it starts (the open-mode warning among them)."""
-    backends = ", ".join(f"{b.name}={b.url}" for b in config.backends)
-    client = resolve_client(config.upstream_client, [b.url for b in config.backends])
+    backends = ", ".join(
+        [f"{b.name}={b.url}" for b in config.backends] + [f"dns:{d.name}" for d in config.discover]
+    )
+    client = resolve_client(config.upstream_client, _backend_urls(config))
     notes = [f"gateway: policy {config.policy}, backends {backends}, upstream client {client}"]
     if config.policy == "threshold":
         t = config.thresholds
@@ -65,6 +72,12 @@ def startup_notes(config: GatewayConfig) -> list[str]:
         notes.append(f"gateway: thresholds kv_usage {t.kv_usage}, input_tokens {t.input_tokens} ({origin})")
     if config.open:
         notes.append("gateway: WARNING running open: no tenants (API keys), any client may use any priority")
+    if config.baseline:
+        items = sorted(config.baseline_settings.items())
+        settings = (
+            ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in items) or "defaults"
+        )
+        notes.append(f"gateway: baseline {config.baseline} ({settings})")
     notes.append(f"gateway: audit log {config.audit_log or 'off'}")
     admin = "on (PUT needs the admin token)" if config.admin_token else "off (no admin_token)"
     notes.append(f"gateway: routing changes (PUT /gateway/routing) {admin}")
@@ -79,11 +92,18 @@ def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monot
     audit = AuditLog(config.audit_log or None)
     upstream = make_upstream(
         config.upstream_client,
-        [b.url for b in config.backends],
+        _backend_urls(config),
         config.connect_timeout_s,
         config.upstream_timeout_s,
         config.max_upstream_connections,
     )
+    keeper = (
+        GateKeeper(make_gate(config.baseline, config.baseline_settings), pool, clock)
+        if config.baseline
+        else None
+    )
+    if keeper is not None:
+        metrics.watch_baseline(keeper.name, lambda: keeper.gate.counters, keeper.held)
     parts = ProxyParts(
         config=config,
         pool=pool,
@@ -94,9 +114,12 @@ def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monot
         counter=TokenCounter(config.tokens, upstream),
         upstream=upstream,
         clock=clock,
+        gate=keeper,
     )
     sequence = itertools.count()
-    pollers = [Poller(state, upstream, clock) for state in pool.states]
+    membership = Membership(pool, upstream, audit, clock)
+    metrics.registry.register(membership.collector())
+    pollers = [membership.poller(state) for state in pool.states]
 
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": pool.model_cards()})
@@ -129,14 +152,21 @@ def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monot
             log.warning("running open: no API keys configured, any client may use any priority")
         await upstream.start()
         first_round = [asyncio.ensure_future(p.poll_once()) for p in pollers]
-        await asyncio.wait(first_round, timeout=config.poll.timeout_s * 3 + 1.0)
+        if first_round:  # none when every backend comes from discovery
+            await asyncio.wait(first_round, timeout=config.poll.timeout_s * 3 + 1.0)
         for poller in pollers:
             poller.start()
+        await membership.start(config.discover)
+        if keeper is not None:
+            keeper.start()
         flusher = asyncio.create_task(_flush_every(audit, audit.FLUSH_EVERY_S), name="audit-flush")
         try:
             yield
         finally:
             flusher.cancel()
+            if keeper is not None:
+                await keeper.stop()
+            await membership.stop()
             for poller in pollers:
                 await poller.stop()
             await upstream.close()
@@ -155,9 +185,10 @@ def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monot
         Route("/gateway/backends", backends, methods=["GET"]),
         Route("/gateway/routing", routing.get, methods=["GET"]),
         Route("/gateway/routing", routing.put, methods=["PUT"]),
+        Route("/gateway/events", EventRoute(keeper, config.admin_token, metrics).post, methods=["POST"]),
     ]
     app = FastPaths(proxies, Starlette(routes=routes, lifespan=lifespan))
-    return Gateway(app, config, pool, metrics, audit, switch)
+    return Gateway(app, config, pool, metrics, audit, switch, keeper)
 
 
 class FastPaths:
@@ -181,3 +212,8 @@ async def _flush_every(audit: AuditLog, period_s: float) -> None:
     while True:
         await asyncio.sleep(period_s)
         audit.flush()
+
+
+def _backend_urls(config: GatewayConfig) -> list[str]:
+    """The configured backends' URLs and a sample URL of each discovered name (for the client choice)."""
+    return [b.url for b in config.backends] + [d.url("0.0.0.0") for d in config.discover]

@@ -81,13 +81,38 @@ class BackendState:
 
 
 class BackendPool:
-    """All backends in configured order."""
+    """All backends: the configured ones in their order, then discovered ones in the order they came.
+
+    `add` and `remove` change the membership (DNS discovery, `membership.py`). `states` and `by_name`
+    are replaced or changed in place on the event loop between awaits, so a routing decision (which
+    reads both without awaiting) always sees one membership. A removed backend leaves both at once: no
+    snapshot, no candidate, no new request; requests already sent hold their own reference and finish.
+    """
 
     def __init__(self, backends: Iterable[BackendConfig], poll: PollConfig) -> None:
-        self.states = tuple(BackendState(config, poll, on_models=self._models_changed) for config in backends)
+        self.poll = poll
+        self.states: tuple[BackendState, ...] = tuple(
+            BackendState(config, poll, on_models=self._models_changed) for config in backends
+        )
         self.by_name = {state.name: state for state in self.states}
         self.known_models: frozenset[str] = frozenset()
         """Every model any backend has listed (healthy or not); kept current by `set_models`."""
+
+    def add(self, config: BackendConfig) -> BackendState:
+        """A new member, unhealthy until its first good poll. ValueError if the name is taken."""
+        if config.name in self.by_name:
+            raise ValueError(f"backend {config.name!r} is already a member")
+        state = BackendState(config, self.poll, on_models=self._models_changed)
+        self.states = (*self.states, state)
+        self.by_name[state.name] = state
+        return state
+
+    def remove(self, name: str) -> BackendState:
+        """Take a member out (KeyError if it is none); its models stop counting as known."""
+        state = self.by_name.pop(name)
+        self.states = tuple(s for s in self.states if s is not state)
+        self._models_changed()
+        return state
 
     def _models_changed(self) -> None:
         self.known_models = frozenset().union(*(state.models for state in self.states))

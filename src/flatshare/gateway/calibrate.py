@@ -127,7 +127,7 @@ def _read_file(path: Path) -> Iterator[CalibrationSample]:
 def samples_from_row(row: dict[str, Any], where: str = "line") -> Iterator[CalibrationSample]:
     """The samples in one JSON line of any of the three kinds (an audit line of a routing change has none).
     A request record is validated by `ReplayRecord.from_json` (InputError prefixed with `where`)."""
-    if row.get("kind") == "routing":  # gateway audit: PUT /gateway/routing changed the routing
+    if row.get("kind") in ("routing", "membership"):  # gateway audit: a routing or membership change
         return
     if "backends" in row and "input_tokens" in row:  # gateway audit
         if row.get("attempt", 1) != 1:

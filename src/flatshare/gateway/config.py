@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from flatshare.gateway.baselines import make_settings
+from flatshare.gateway.discovery import DiscoveryConfig
 from flatshare.gateway.policies import check_routing_names
 from flatshare.gateway.routing import Thresholds
 from flatshare.gateway.upstream import UPSTREAM_CLIENTS
@@ -140,10 +142,14 @@ class GatewayConfig:
     upstream_client: str = "auto"
     backend_api_key: str = ""
     admin_token: str = field(default="", repr=False)
+    baseline: str = ""
+    baseline_settings: dict[str, float | str] = field(default_factory=dict)
+    discover: tuple[DiscoveryConfig, ...] = ()
+    """DNS names whose addresses are backends too, followed while the gateway runs (discovery.py)."""
 
     def __post_init__(self) -> None:
-        if not self.backends:
-            raise ValueError("give at least one backend (backends in the file, or --backend URL)")
+        if not self.backends and not self.discover:
+            raise ValueError("give at least one backend (backends or discover in the file, or --backend URL)")
         _unique("backend name", [b.name for b in self.backends])
         check_routing_names(self.policy, self.prefer)
         if not 0 <= self.port <= 65535:
@@ -169,6 +175,10 @@ class GatewayConfig:
             )
         if self.drain_timeout_s < 0 or self.retry_after_s < 0:
             raise ValueError("drain_timeout_s and retry_after_s must be >= 0")
+        if self.baseline:
+            make_settings(self.baseline, self.baseline_settings)  # validates (docs/baselines-gateway.md)
+        elif self.baseline_settings:
+            raise ValueError("baseline_settings given without a baseline (set baseline)")
 
     @property
     def open(self) -> bool:

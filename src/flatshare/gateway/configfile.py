@@ -87,8 +87,19 @@ def _convert(hint: Any, value: Any, where: str, path: str) -> Any:
         kind = typing.get_args(hint)[1]
         return {str(k): _convert(kind, v, where, f"{path}.{k}") for k, v in value.items()}
     if origin in (typing.Union, types.UnionType):
-        raise TypeError(f"unsupported config type {hint}")  # pragma: no cover - not used by the dataclasses
+        return _either(typing.get_args(hint), value, where, path)
     return _scalar(hint, value, where, path)
+
+
+def _either(kinds: tuple[Any, ...], value: Any, where: str, path: str) -> Any:
+    """A scalar of the first of `kinds` it is (`float | str`: baseline settings)."""
+    for kind in kinds:
+        try:
+            return _scalar(kind, value, where, path)
+        except InputError:
+            continue
+    names = " or ".join(kind.__name__ for kind in kinds)
+    raise InputError(f"{where}: {path} must be {names}, got {value!r}")
 
 
 def _scalar(hint: Any, value: Any, where: str, path: str) -> Any:

@@ -29,11 +29,17 @@ class Poller:
     """Keeps one `BackendState` up to date from its server."""
 
     def __init__(
-        self, state: BackendState, client: Upstream, clock: Callable[[], float] = time.monotonic
+        self,
+        state: BackendState,
+        client: Upstream,
+        clock: Callable[[], float] = time.monotonic,
+        on_health: Callable[[BackendState, bool], None] | None = None,
     ) -> None:
         self.state = state
         self.client = client
         self.clock = clock
+        self.on_health = on_health
+        """Called with the state and its new health whenever a poll flips it (membership records it)."""
         self.polls = 0
         self._since_models = MODELS_EVERY
         self._task: asyncio.Task[None] | None = None
@@ -62,6 +68,8 @@ class Poller:
         state.record_scrape(metrics, self.clock())
         if not was_healthy:
             log.info("backend %s is healthy (models: %s)", state.name, ", ".join(sorted(state.models)))
+            if self.on_health is not None:
+                self.on_health(state, True)
         return True
 
     async def _fetch_models(self) -> None:
@@ -74,6 +82,8 @@ class Poller:
         self.state.record_failure(error, refused)
         if was_healthy and not self.state.healthy:
             log.warning("backend %s is unhealthy: %s", self.state.name, error)
+            if self.on_health is not None:
+                self.on_health(self.state, False)
 
     async def run(self) -> None:
         """Poll at fixed ticks until cancelled."""

@@ -11,6 +11,15 @@
    ends without `[DONE]`, the client gets an explicit `data: {"error": ...}` event and then
    `data: [DONE]`, never a silent truncation. A client that goes away closes the upstream request,
    which makes vLLM abort it.
+
+With a baseline on (`baseline` in the settings; `gating.py`), the first attempt waits in the gate after
+its backend is chosen, goes out with the `max_tokens` the gate chose, and a stream is read up to its first
+token before anything is relayed, racing the gate's abort signal: an abort first closes the upstream stream
+(vLLM aborts the request) and the request waits in the gate again, to be resubmitted to the same backend;
+the client sees only a later first token. Header `X-Flatshare-Session` names the request's session for
+the gate's events; `X-Flatshare-First-Sentence-Tokens` (a voice client's estimate) lets the gate know
+when a turn's first sentence is out (token events are counted as they are relayed). A retry after a
+failed backend goes out ungated.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ import itertools
 import json
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,18 +40,23 @@ from starlette.types import Receive, Scope, Send
 
 from flatshare.gateway.audit import AuditLog, decision_record
 from flatshare.gateway.backends import BackendPool, BackendState
+from flatshare.gateway.baselines.core import GateRequest
 from flatshare.gateway.config import GatewayConfig
 from flatshare.gateway.errors import GatewayError
+from flatshare.gateway.gating import GateKeeper
 from flatshare.gateway.inbound import Inbound, parse_inbound, read_body
 from flatshare.gateway.input_count import TokenCount, TokenCounter
 from flatshare.gateway.relay import response_headers, send_stream, send_whole
 from flatshare.gateway.routing import RequestFeatures, RoutingDecision
+from flatshare.gateway.sse import EventFramer, carries_token
 from flatshare.gateway.switch import RoutingSwitch
 from flatshare.gateway.telemetry import NO_BACKEND, GatewayMetrics
 from flatshare.gateway.tenants import Admission, Tenants
-from flatshare.gateway.upstream import Upstream, UpstreamError
+from flatshare.gateway.upstream import Upstream, UpstreamError, UpstreamResponse
 
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
+SESSION_HEADER = "x-flatshare-session"
+FIRST_SENTENCE_HEADER = "x-flatshare-first-sentence-tokens"
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,7 @@ class ProxyParts:
     counter: TokenCounter
     upstream: Upstream
     clock: Callable[[], float] = time.monotonic
+    gate: GateKeeper | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +85,8 @@ class Job:
     count: TokenCount
     features: RequestFeatures
     payload: bytes
+    session: str | None = None
+    first_sentence_tokens: int | None = None
 
 
 class Proxy:
@@ -118,7 +135,11 @@ class Proxy:
             admission.cls,
             max_tokens if isinstance(max_tokens, int) else None,
         )
-        return Job(inbound, admission, count, features, _payload(inbound, admission))
+        session = request.headers.get(SESSION_HEADER) or None
+        sentence = request.headers.get(FIRST_SENTENCE_HEADER, "")
+        first_sentence = int(sentence) if sentence.isdigit() and int(sentence) > 0 else None
+        payload = _payload(inbound, admission)
+        return Job(inbound, admission, count, features, payload, session, first_sentence)
 
     async def _count(self, inbound: Inbound, sequence: int) -> TokenCount:
         pool = self.parts.pool
@@ -143,29 +164,81 @@ class Proxy:
             state, decision = self._decide(job, frozenset(tried), attempt)
             if attempt > 1:
                 parts.metrics.retries.inc()
-            started = parts.clock()
-            try:
-                upstream = await parts.upstream.post(
-                    state.config.url + self._path, job.payload, self._headers(job)
-                )
-            except UpstreamError as exc:
-                state.record_failure(f"proxy: {exc}", refused=exc.refused)
-                parts.metrics.error("upstream_connect")
-                tried.append(state.name)
-                continue
-            if upstream.status in RETRY_STATUSES:
-                await upstream.close()
-                state.record_failure(f"proxy: upstream answered {upstream.status}")
-                parts.metrics.error("upstream_status")
-                tried.append(state.name)
-                continue
-            headers = response_headers(upstream, decision, job.features.request_id)
-            if job.inbound.stream and upstream.status == 200:
-                cls = job.admission.cls
-                await send_stream(upstream, state, headers, parts.metrics, cls, started, parts.clock, send)
-                return 200
-            return await send_whole(upstream, state, headers, send)
+            if attempt == 1 and parts.gate is not None:
+                status = await self._gated(parts.gate, job, state, decision, send)
+            else:
+                status = await self._attempt(job, state, decision, job.payload, send)
+            if status is not None:
+                return status
+            tried.append(state.name)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _attempt(
+        self,
+        job: Job,
+        state: BackendState,
+        decision: RoutingDecision,
+        payload: bytes,
+        send: Send,
+        gate: tuple[GateKeeper, str] | None = None,
+    ) -> int | None:
+        """Send once to `state` and relay the answer: its status, None when the backend failed before
+        answering (the caller tries the next), `ABORTED` when the gate aborted it first (gated streams)."""
+        parts = self.parts
+        started = parts.clock()
+        try:
+            upstream = await parts.upstream.post(state.config.url + self._path, payload, self._headers(job))
+        except UpstreamError as exc:
+            state.record_failure(f"proxy: {exc}", refused=exc.refused)
+            parts.metrics.error("upstream_connect")
+            return None
+        if upstream.status in RETRY_STATUSES:
+            await upstream.close()
+            state.record_failure(f"proxy: upstream answered {upstream.status}")
+            parts.metrics.error("upstream_status")
+            return None
+        headers = response_headers(upstream, decision, job.features.request_id)
+        if job.inbound.stream and upstream.status == 200:
+            if gate is not None:
+                keeper, gate_id = gate
+                first = await _first_token(upstream, keeper.abort_signal(gate_id))
+                if first is None:
+                    return ABORTED
+                keeper.first_token(gate_id)
+                if job.first_sentence_tokens is not None:
+                    first.count_tokens(lambda n: keeper.progress(gate_id, n), job.first_sentence_tokens)
+                upstream = first
+            cls = job.admission.cls
+            await send_stream(upstream, state, headers, parts.metrics, cls, started, parts.clock, send)
+            return 200
+        return await send_whole(upstream, state, headers, send)
+
+    async def _gated(
+        self, keeper: GateKeeper, job: Job, state: BackendState, decision: RoutingDecision, send: Send
+    ) -> int | None:
+        """The first attempt through the baseline's gate (module docstring)."""
+        gate_id = f"g{job.features.sequence}"
+        request = GateRequest(
+            gate_id,
+            state.name,
+            job.admission.priority,
+            job.count.tokens,
+            job.features.max_tokens,
+            job.session,
+            abortable=job.inbound.stream,
+            first_sentence_tokens=job.first_sentence_tokens,
+        )
+        try:
+            max_tokens = await keeper.admit(request)
+            while True:
+                payload = _with_max_tokens(job, max_tokens)
+                status = await self._attempt(job, state, decision, payload, send, (keeper, gate_id))
+                if status != ABORTED:
+                    return status
+                keeper.aborted(gate_id)
+                max_tokens = await keeper.resubmit(gate_id)
+        finally:
+            keeper.finished(gate_id)
 
     @property
     def _path(self) -> str:
@@ -207,6 +280,100 @@ class Proxy:
 
 
 CLIENT_GONE = 499  # nginx's "client closed request": counted, never sent
+ABORTED = -1  # a gated attempt the gate aborted before its first token: never a response status
+
+
+class _Prefetched:
+    """An upstream response whose head (the bytes up to its first token) was read ahead, with how the
+    stream ended if it ended there; relays as the original would."""
+
+    def __init__(
+        self, upstream: UpstreamResponse, rest: AsyncIterator[bytes], head: bytes, ending: Exception | None
+    ) -> None:
+        self.status = upstream.status
+        self.headers = upstream.headers
+        self._upstream = upstream
+        self._rest = rest
+        self._head = head
+        self._ending = ending
+        self._on_tokens: Callable[[int], None] | None = None
+        self._until = 0
+        self._counted = 0
+        self._framer = EventFramer()
+
+    def count_tokens(self, on_tokens: Callable[[int], None], until: int) -> None:
+        """Report the token events relayed so far to `on_tokens`, until there are `until` of them (each
+        event carrying output counts one token: vLLM streams a token an event unless it falls behind)."""
+        self._on_tokens, self._until = on_tokens, until
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        if self._head:
+            self._count(self._head)
+            yield self._head
+        if isinstance(self._ending, StopAsyncIteration):
+            return
+        if self._ending is not None:
+            raise self._ending
+        async for chunk in self._rest:
+            self._count(chunk)
+            yield chunk
+
+    def _count(self, chunk: bytes) -> None:
+        if self._on_tokens is None or self._counted >= self._until:
+            return
+        events = self._framer.feed(chunk).split(b"\n\n")
+        found = sum(carries_token(event.strip()) for event in events)
+        if found:
+            self._counted += found
+            self._on_tokens(self._counted)
+
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self.chunks()])
+
+    async def close(self) -> None:
+        await self._upstream.close()
+
+
+async def _first_token(upstream: UpstreamResponse, abort: asyncio.Event) -> _Prefetched | None:
+    """Read the stream up to its first event carrying a token (`sse.carries_token`; a chat stream's
+    opening role event carries none), racing the gate's abort signal. On abort the upstream stream is
+    closed (the backend aborts the request) and None is returned."""
+    rest = upstream.chunks().__aiter__()
+    framer = EventFramer()
+    head: list[bytes] = []
+    ending: Exception | None = None
+    aborted = asyncio.ensure_future(abort.wait())
+    try:
+        while not framer.first_token:
+            chunk = asyncio.ensure_future(rest.__anext__())
+            await asyncio.wait((chunk, aborted), return_when=asyncio.FIRST_COMPLETED)
+            if not chunk.done():
+                chunk.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, UpstreamError):
+                    await chunk
+                await upstream.close()
+                return None
+            try:
+                data = chunk.result()
+            except (StopAsyncIteration, UpstreamError) as exc:
+                ending = exc
+                break
+            head.append(data)
+            framer.feed(data)
+    finally:
+        aborted.cancel()
+    return _Prefetched(upstream, rest, b"".join(head), ending)
+
+
+def _with_max_tokens(job: Job, max_tokens: int | None) -> bytes:
+    """The job's payload, with `max_tokens` (and `max_completion_tokens` when the body has it) set when
+    the gate changed it."""
+    if max_tokens is None or max_tokens == job.features.max_tokens:
+        return job.payload
+    body: dict[str, Any] = {**json.loads(job.payload), "max_tokens": max_tokens}
+    if "max_completion_tokens" in body:
+        body["max_completion_tokens"] = max_tokens
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 async def _unless_client_leaves(forward: Coroutine[Any, Any, int], receive: Receive) -> int:

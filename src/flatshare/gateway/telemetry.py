@@ -13,6 +13,10 @@ Counters and histograms, updated as requests pass:
 - `flatshare_gateway_threshold_kv_usage`, `flatshare_gateway_threshold_input_tokens`: the thresholds in use
   (0 while the policy is not `threshold`; they follow `PUT /gateway/routing`).
 
+With a baseline on (`baseline`, docs/baselines-gateway.md), read from its gate at scrape time:
+`flatshare_gateway_baseline_counter{baseline, counter}` (every counter of the gate, 0 until it fires) and
+`flatshare_gateway_baseline_held_requests{baseline}` (requests waiting in the gate now).
+
 Read from the backend states at scrape time: `flatshare_gateway_backend_kv_usage{backend}`,
 `flatshare_gateway_backend_scrape_age_seconds{backend}`, `flatshare_gateway_backend_healthy{backend}`,
 `flatshare_gateway_backend_stale{backend}`, `flatshare_gateway_backend_requests_running{backend}`,
@@ -21,7 +25,7 @@ Read from the backend states at scrape time: `flatshare_gateway_backend_kv_usage
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -64,6 +68,34 @@ class BackendCollector(Collector):
                 if value is not None:
                     family.add_metric([snap.name], float(value))
             yield family
+
+
+class BaselineCollector(Collector):
+    """A baseline gate's counters and queue, read when /metrics is scraped."""
+
+    def __init__(
+        self, name: str, counters: Callable[[], Mapping[str, float]], held: Callable[[], int]
+    ) -> None:
+        self.name = name
+        self.counters = counters
+        self.held = held
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "flatshare_gateway_baseline_counter",
+            "The gateway-side baseline's counters (docs/baselines-gateway.md).",
+            labels=["baseline", "counter"],
+        )
+        for counter, value in self.counters().items():
+            family.add_metric([self.name, counter], float(value))
+        yield family
+        held = GaugeMetricFamily(
+            "flatshare_gateway_baseline_held_requests",
+            "Requests waiting in the baseline's gate now.",
+            labels=["baseline"],
+        )
+        held.add_metric([self.name], float(self.held()))
+        yield held
 
 
 class GatewayMetrics:
@@ -135,6 +167,12 @@ class GatewayMetrics:
         if child is None:
             child = self._children[key] = metric.labels(*labels)
         return child
+
+    def watch_baseline(
+        self, name: str, counters: Callable[[], Mapping[str, float]], held: Callable[[], int]
+    ) -> None:
+        """Export a baseline gate's counters and queue (module docstring)."""
+        self.registry.register(BaselineCollector(name, counters, held))
 
     def set_thresholds(self, thresholds: Thresholds | None) -> None:
         """The threshold gauges: the rule's thresholds, or 0 and 0 while no threshold rule routes."""
