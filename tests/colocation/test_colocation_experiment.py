@@ -9,17 +9,25 @@ import pytest
 from typer.testing import CliRunner
 
 from flatshare.cli import app
-from flatshare.colocation.experiment import MAIN_CONDITIONS, ColocationPlan, run_plan
+from flatshare.colocation.experiment import BASELINE_CONDITIONS, MAIN_CONDITIONS, ColocationPlan, run_plan
 from flatshare.colocation.report import build_report
 from flatshare.listen.speech import missing_tools
 
 pytestmark = pytest.mark.vllm
 
-KEYS = ("alone", "agents-alone", "vllm-priority", "make-room-preempt", "make-room-t48")
+KEYS = (
+    "alone",
+    "agents-alone",
+    "vllm-priority",
+    "make-room-preempt",
+    "make-room-t48",
+    "agent-cap",
+    "reserve-voice",
+)
 
 
 def test_small_plan_writes_summary_report_and_figures_and_rebuilds_identically(tmp_path: Path) -> None:
-    conditions = tuple(c for c in MAIN_CONDITIONS if c.key in KEYS)
+    conditions = tuple(c for c in MAIN_CONDITIONS + BASELINE_CONDITIONS if c.key in KEYS)
     plan = ColocationPlan(
         callers=(2,), agents=4, seeds=2, duration_s=90.0, drain_s=30.0, conditions=conditions, workers=1
     )
@@ -47,6 +55,12 @@ def test_small_plan_writes_summary_report_and_figures_and_rebuilds_identically(t
     assert (summary.conditions["agents-alone"].agent_tokens_per_s or 0) > 0
     assert (summary.target_s or 0) > 1.0
     assert (summary.conditions["make-room-t48"].make_room["hold_steps"] or 0) > 0
+    # baselines carry their counters (a gateway-side and an engine-side one) and get their report section
+    assert "held_agent" in summary.conditions["agent-cap"].baseline_counters
+    assert "refused_admissions" in summary.conditions["reserve-voice"].baseline_counters
+    assert summary.conditions["vllm-priority"].baseline_counters == {}
+    report = (tmp_path / "report.md").read_text()
+    assert "## Baselines" in report and "| `agent-cap` |" in report and "| `reserve-voice` |" in report
     if not missing_tools():  # the slowest stock turn beside make-room, rendered and linked
         assert (tmp_path / "worst-turn.wav").stat().st_size > 0
         assert "](worst-turn.wav)" in (tmp_path / "report.md").read_text()

@@ -27,6 +27,12 @@ MAIN_ORDER = (
     "vllm-priority-256",
     "make-room-t48-256",
     "make-room-t48-256-decode",
+    "leaseholder",
+    "agent-cap",
+    "flow-control",
+    "sglang-preempt",
+    "reserve-voice",
+    "abort-resubmit",
 )
 SWEEP: tuple[tuple[int, str], ...] = (
     (0, "make-room-preempt"),

@@ -11,7 +11,7 @@ from typing import Any
 from flatshare.colocation import figures
 from flatshare.colocation.results import ColocationSummary, ConditionResult, SeedComparisonRow
 from flatshare.colocation.runs import SavedRun, load_runs, run_dir
-from flatshare.colocation.seed_table import seed_table_lines
+from flatshare.colocation.seed_table import SEED_BASELINES, seed_table_lines
 from flatshare.colocation.setup import unstated_lines
 from flatshare.colocation.summary import BASELINE, summarize
 from flatshare.colocation.voice import VoicePipeline
@@ -146,6 +146,55 @@ def _waits(conditions: Mapping[str, ConditionResult]) -> list[str]:
     return lines
 
 
+def _fired(counters: Mapping[str, float | None]) -> str:
+    """The counters that moved (mean per run), or `never fired`."""
+    traffic = ("arrived", "sent")  # what passed through, not what the mechanism did
+    moved = [
+        f"{k} {v:,.0f}" if v >= 100 else f"{k} {v:g}"
+        for k, v in counters.items()
+        if v and k not in traffic and not k.startswith(("max_", "events_"))
+    ]
+    return ", ".join(moved[:5]) if moved else "**never fired**"
+
+
+def _baselines(summary: ColocationSummary) -> list[str]:
+    """Each baseline beside the first seed's words for it, with the counters that show it acted."""
+    c, base = summary.conditions, summary.conditions.get(BASELINE)
+    keys = [k for k in SEED_BASELINES if k in c]
+    if not keys:
+        return []
+    lines = [
+        "## Baselines: what the first seed tried instead",
+        "",
+        "Each at its best setting of a small sweep (`flatshare.colocation.experiment.BEST_SETTING`), on the "
+        f'same requests as `{BASELINE}` and `make-room-t48`. The seed\'s "slowest turns" is compared with '
+        "the voice turn p95.",
+        "",
+        "| baseline | seed | turn p95 s | over target | agent tok/s vs priority | agents' slowest TTFT s (vs "
+        "priority) | in the seed's range | what fired (mean per run) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key in [*keys, BASELINE, "make-room-t48"]:
+        m = c.get(key)
+        if m is None:
+            continue
+        seed = SEED_BASELINES.get(key)
+        slowest = m.agent_ttft_max_s
+        ratio = (
+            f" ({slowest / base.agent_ttft_max_s:.2f}x)" if slowest and base and base.agent_ttft_max_s else ""
+        )
+        inside = "-"
+        if seed is not None and seed.p95_low_s is not None and m.voice_turn_p95_s is not None:
+            inside = "yes" if seed.p95_low_s <= m.voice_turn_p95_s <= (seed.p95_high_s or 0) else "**no**"
+        counters = m.baseline_counters or m.make_room
+        lines.append(
+            f"| `{key}` | {seed.said if seed else '-'} | {_cell(m.voice_turn_p95_s)} | "
+            f"{_cell(m.voice_over_target_frac)} | {_cell(m.agent_throughput_ratio)} | {_cell(slowest)}{ratio} | "
+            f"{inside} | {_fired(counters) if seed else '-'} |"
+        )
+    return [*lines, ""]
+
+
 def _hits(rows: list[SeedComparisonRow]) -> int:
     return sum(bool(r.hit) for r in rows)
 
@@ -181,6 +230,7 @@ def write_report(
     if summary.setup:
         lines += ["## Setup", "", *unstated_lines(dict(summary.setup)), ""]
     lines += _seed(summary)
+    lines += _baselines(summary)
     lines += [*_waits(summary.conditions), ""]
     for callers, block in summary.by_callers.items():
         lines += [

@@ -177,3 +177,34 @@ def seed_table_lines(rows: tuple[SeedComparisonRow, ...]) -> list[str]:
         kind = "fitted" if r.fitted else "predicted"
         lines.append(f"| {r.row} | {r.seed:.3g} | {value} | {ratio} | {kind} | {hit} |")
     return lines
+
+
+@dataclass(frozen=True)
+class SeedBaseline:
+    """What the first seed reports for one alternative to make-room (2 callers, tuned vLLM p95 10.48 s).
+
+    `p95_low_s`/`p95_high_s`: the range its slowest turns fell in, when the seed gives one; `said`: its words.
+    """
+
+    said: str
+    p95_low_s: float | None = None
+    p95_high_s: float | None = None
+
+
+SEED_BASELINES = {
+    "leaseholder": SeedBaseline(
+        "slowest turns about 11 s, a little worse than vLLM without it; its throttle never deferred a "
+        "request; all it did was shorten every voice reply",
+        10.5,
+        11.5,
+    ),
+    "agent-cap": SeedBaseline("slowest turns between 8.6 and 12.1 s", 8.6, 12.1),
+    "sglang-preempt": SeedBaseline("slowest turns between 8.6 and 12.1 s (SGLang's own engine)", 8.6, 12.1),
+    "flow-control": SeedBaseline("slowest turns between 8.6 and 12.1 s (llm-d's flow control)", 8.6, 12.1),
+    "reserve-voice": SeedBaseline("halved the tail, still missed the target by more than 3 s", 5.0, 5.5),
+    "abort-resubmit": SeedBaseline(
+        "tail about 2.5 s, by throwing work away; agents' slowest first-token wait 106 s -> 193 s", 2.2, 2.8
+    ),
+}
+"""Seed text: `shared/seeds/000`, the paragraphs after Leaseholder's. The ranges read "about 11" as
+10.5-11.5, "about 2.5" as 2.2-2.8 and "halved the tail" of 10.48 s as 5.0-5.5 s."""
