@@ -21,11 +21,13 @@ With a gate, `wait_s` gains the part `gateway`: the time from `send_s` to the fi
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from flatshare.gateway.baselines.core import BackendLoad, Decisions, Gate, GateEvent, GateRequest
+from flatshare.replay.ledger import new_record
 from flatshare.replay.records import ReplayRecord
 from flatshare.sim.engine import SimEngine, StepReport
 from flatshare.sim.requests import SimRequest
@@ -216,17 +218,7 @@ class GateDriver:
 
 
 def _held_record(request: WorkloadRequest, issue_s: float, end_s: float, engine: str) -> ReplayRecord:
-    return ReplayRecord(
-        id=request.id,
-        session_id=request.session_id,
-        cls=request.cls,
-        priority=request.priority,
-        prompt_tokens=request.prompt_tokens,
-        max_tokens=request.max_tokens,
-        engine=engine,
-        send_s=issue_s,
-        first_sentence_tokens=request.first_sentence_tokens,
-        end_s=end_s,
-        status="failed",
-        error=HELD_AT_END,
+    """A request the gate still held when the run ended: never sent, recorded as failed."""
+    return dataclasses.replace(
+        new_record(request, engine, issue_s), end_s=end_s, status="failed", error=HELD_AT_END
     )
