@@ -16,7 +16,12 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from flatshare.admission.command import EndpointOptions, experiment_admission_endpoint, synthetic_for_endpoint
+from flatshare.admission.command import (
+    EndpointOptions,
+    Finished,
+    experiment_admission_endpoint,
+    synthetic_for_endpoint,
+)
 from flatshare.admission.plan import SyntheticPlan, endpoint_thresholds
 from flatshare.errors import InputError
 from flatshare.gateway.app import build_gateway
@@ -47,7 +52,7 @@ def gateway(urls: list[str], **changes: Any) -> Iterator[str]:
 NOWHERE = ["http://127.0.0.1:9", "http://127.0.0.1:11"]  # nothing listens: backends down, gateway up
 
 
-def _run(url: str, out: Path, token: str = TOKEN, **options: Any) -> dict[str, Any]:
+def _run(url: str, out: Path, token: str = TOKEN, **options: Any) -> Finished:
     return experiment_admission_endpoint(out, url, EndpointOptions(token, **options), seeds=1)
 
 
@@ -128,21 +133,25 @@ def test_endpoint_mode_end_to_end(tmp_path: Path) -> None:
     with serve_sims(2, *sim_args) as sims, gateway(sims, admin_token=TOKEN) as url:
         before = httpx.get(f"{url}/gateway/routing").json()
         start = time.monotonic()
-        summary = experiment_admission_endpoint(tmp_path, url, EndpointOptions(TOKEN, **SIZES), seeds=2)
+        summary = experiment_admission_endpoint(
+            tmp_path, url, EndpointOptions(TOKEN, **SIZES), seeds=2
+        ).summary
         wall_s = time.monotonic() - start
         after = httpx.get(f"{url}/gateway/routing").json()
     print(f"endpoint experiment: {wall_s:.1f} s")
     assert after == before  # the gateway's routing is restored
-    assert (summary["mode"], summary["endpoint"], summary["backends"]) == ("endpoint", url, ["b0", "b1"])
-    assert json.loads((tmp_path / "summary.json").read_text())["mode"] == "endpoint"
-    conditions = summary["workloads"]["synthetic"]["conditions"]
+    assert (summary.mode, summary.endpoint, summary.backends) == ("endpoint", url, ("b0", "b1"))
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["mode"] == "endpoint" and written == json.loads(json.dumps(summary.to_json()))
+    conditions = summary.workloads["synthetic"].conditions
     assert sorted(conditions) == ["A-fcfs-one-engine", "B-controller", "alone"]
     a, b = conditions["A-fcfs-one-engine"], conditions["B-controller"]
-    assert a["n_runs"] == b["n_runs"] == 2 and a["n_short"] == b["n_short"] == 20
-    assert a["failed"] == b["failed"] == 0
-    print(f"short p95 TTFT: A {a['short_ttft_p95_s']} s, B {b['short_ttft_p95_s']} s")
-    assert a["routed_away_frac"] is None and b["routed_away_frac"] > 0
-    assert b["short_ttft_p95_s"] < a["short_ttft_p95_s"]
+    assert a.n_runs == b.n_runs == 2 and a.n_short == b.n_short == 20
+    assert a.failed == b.failed == 0
+    print(f"short p95 TTFT: A {a.short_ttft_p95_s} s, B {b.short_ttft_p95_s} s")
+    assert a.routed_away_frac is None and b.routed_away_frac is not None and b.routed_away_frac > 0
+    assert a.short_ttft_p95_s is not None and b.short_ttft_p95_s is not None
+    assert b.short_ttft_p95_s < a.short_ttft_p95_s
     moved = 0
     for seed in (0, 1):
         for key in ("A-fcfs-one-engine", "B-controller"):
@@ -159,19 +168,20 @@ def test_endpoint_mode_end_to_end(tmp_path: Path) -> None:
                 assert (long["preferred"], long["backend"]) == ("b0", "b1")
                 moved += 1
     assert moved >= 1
-    skipped = [c["key"] for c in summary["skipped"]["conditions"]]
-    assert skipped == ["make-room", "controller+make-room"] and summary["skipped"]["traces"]
+    assert summary.skipped is not None
+    skipped = [c.key for c in summary.skipped.conditions]
+    assert skipped == ["make-room", "controller+make-room"] and summary.skipped.traces
     report = (tmp_path / "report.md").read_text()
     assert "against a running gateway" in report and "MakeRoomScheduler" in report
     assert "Skipped condition `make-room`" in report and "--trace-seconds" in report
-    assert "no occupancy data" in report and summary["attribution_note"]
+    assert "no occupancy data" in report and summary.attribution_note
     assert (tmp_path / "synthetic.png").is_file()
 
 
 def test_salted_prompts_are_fresh_and_within_the_models_vocabulary() -> None:
     """Every run's prompts differ from every other run's, and their ids fit the backends' model (a tiny
     model of 512 tokens refuses larger ids with HTTP 400)."""
-    from flatshare.admission.endpoint import salted
+    from flatshare.admission.endpointworkloads import salted
     from flatshare.admission.synthetic import synthetic_workload
 
     workload = synthetic_workload(SyntheticPlan(long_tokens=2000, shorts=3), seed=0)
@@ -190,7 +200,7 @@ def test_a_vocabulary_too_small_is_refused(tmp_path: Path) -> None:
 def test_each_decision_sees_the_last_reading_of_each_backend_before_it() -> None:
     """Decisions in send order, numbered, each with every backend as its last sample at or before the
     send time (a backend not read yet is absent); requests without routing headers make none."""
-    from flatshare.admission.endpoint import decisions_from
+    from flatshare.admission.gatewaydecisions import decisions_from
     from flatshare.replay.records import ReplayRecord
 
     def record(rid: str, send_s: float) -> ReplayRecord:

@@ -61,28 +61,33 @@ def test_small_plan_shows_the_synthetic_effect_and_writes_everything(
     for name in ("summary.json", "report.md", "synthetic.png", "traces.png", "levers.png", "attribution.png"):
         assert (tmp_path / name).stat().st_size > 0, name
     assert is_admission_experiment(tmp_path)
-    synthetic = summary["workloads"]["synthetic"]["conditions"]
+    synthetic = summary.workloads["synthetic"].conditions
     a, b = synthetic["A-fcfs-one-engine"], synthetic["B-controller"]
-    assert a["n_runs"] == b["n_runs"] == 10
-    assert b["routed_away_frac"] == 1.0
-    assert b["short_ttft_p95_ci"][1] < a["short_ttft_p95_ci"][0]  # the intervals do not overlap
-    assert (
-        b["p_value"] < 0.05 and b["n_pairs"] == 10 and b["p_value_method"] == "paired t-test over replicates"
-    )
-    assert synthetic["alone"]["short_ttft_p95_s"] < 0.2
-    assert summary["levers"]["synthetic"]["routing-off/make-room-on"]["reduction_s"] > 0
-    trace = summary["workloads"]["azure-conv-e2"]
-    assert set(trace["conditions"]) == {c.key for c in TRACE_CONDITIONS}
-    assert trace["thresholds_source"] == "calibrated"
-    for workload in (summary["workloads"]["synthetic"], trace):
-        for m in workload["conditions"].values():
-            assert all(field in m for field in FIELDS)
-    assert trace["conditions"]["on"]["routed_away_frac"] is not None
-    assert trace["conditions"]["off"]["routed_away_frac"] is None
-    assert any(r["workload"] == "synthetic" and r["baseline_events"] for r in summary["decisions"])
+    assert a.n_runs == b.n_runs == 10
+    assert b.routed_away_frac == 1.0
+    assert a.short_ttft_p95_ci is not None and b.short_ttft_p95_ci is not None
+    assert (b.short_ttft_p95_ci[1] or 0) < (a.short_ttft_p95_ci[0] or 0)  # the intervals do not overlap
+    test = b.vs_baseline
+    assert test.p_value is not None and test.p_value < 0.05
+    assert test.n_pairs == 10 and test.p_value_method == "paired t-test over replicates"
+    assert (synthetic["alone"].short_ttft_p95_s or 1.0) < 0.2
+    assert (summary.levers["synthetic"]["routing-off/make-room-on"].reduction_s or 0.0) > 0
+    trace = summary.workloads["azure-conv-e2"]
+    assert set(trace.conditions) == {c.key for c in TRACE_CONDITIONS}
+    assert trace.thresholds_source == "calibrated"
+    assert trace.conditions["on"].routed_away_frac is not None
+    assert trace.conditions["off"].routed_away_frac is None
+    assert trace.conditions["on"].vs_round_robin is not None  # the rule against its own preference
+    assert any(r.workload == "synthetic" and r.baseline_events for r in summary.decisions)
     report = (tmp_path / "report.md").read_text()
     assert "Run A" in report and "Run B" in report and "azure-conv-e2" in report
     before = (tmp_path / "summary.json").read_bytes()
+    written = json.loads(before)
+    assert written == json.loads(json.dumps(summary.to_json()))
+    for workload in (written["workloads"]["synthetic"], written["workloads"]["azure-conv-e2"]):
+        for m in workload["conditions"].values():  # the fields docs/admission.md promises
+            assert all(field in m for field in FIELDS)
+    assert "vs_round-robin" in written["workloads"]["azure-conv-e2"]["conditions"]["on"]
     rebuilt = CliRunner().invoke(app, ["report", str(tmp_path)])  # `flatshare report` knows the kind
     assert rebuilt.exit_code == 0, rebuilt.output
     assert (tmp_path / "summary.json").read_bytes() == before

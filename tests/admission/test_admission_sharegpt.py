@@ -4,6 +4,7 @@ is installed, and a small ShareGPT plan runs end to end with intervals and paire
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -69,17 +70,22 @@ def test_small_sharegpt_plan_has_intervals_and_paired_tests(tmp_path: Path) -> N
     )
     run_plan(tmp_path, plan)
     summary = build_report(tmp_path)
-    block = summary["workloads"]["sharegpt-e2"]
-    assert block["trace"] == "sharegpt" and block["replicates"] == 2
-    assert set(block["conditions"]) == keep
-    assert block["thresholds_source"] == "calibrated" and set(block["thresholds"]) == {"0", "1"}
-    for key, m in block["conditions"].items():
-        low, high = m["short_ttft_p95_ci"]
-        assert m["n_short"] > 50 and low <= m["short_ttft_p95_s"] <= high
-        assert len(m["per_seed_short_ttft_p95_s"]) == 2
+    block = summary.workloads["sharegpt-e2"]
+    assert block.trace == "sharegpt" and block.replicates == 2
+    assert set(block.conditions) == keep
+    assert block.thresholds_source == "calibrated" and set(block.thresholds) == {0, 1}
+    for key, m in block.conditions.items():
+        assert m.short_ttft_p95_ci is not None and m.short_ttft_p95_s is not None
+        low, high = m.short_ttft_p95_ci
+        assert low is not None and high is not None
+        assert m.n_short > 50 and low <= m.short_ttft_p95_s <= high
+        assert len(m.per_seed_short_ttft_p95_s) == 2
+        test = m.vs_baseline
         if key != "off":
-            assert m["n_pairs"] == 2 and m["p_value_method"] == "paired t-test over replicates"
-            assert m["p_value"] is not None and 0 <= m["p_value"] <= 1
-    assert block["conditions"]["on"]["routed_away_n"] is not None
+            assert test.n_pairs == 2 and test.p_value_method == "paired t-test over replicates"
+            assert test.p_value is not None and 0 <= test.p_value <= 1
+    assert block.conditions["on"].routed_away_n is not None
     assert "sharegpt-e2" in (tmp_path / "report.md").read_text()
-    assert summary["short_max_tokens"] == SHORT_MAX_TOKENS
+    assert summary.short_max_tokens == SHORT_MAX_TOKENS
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert set(written["workloads"]["sharegpt-e2"]["thresholds"]) == {"0", "1"}  # seeds as JSON keys

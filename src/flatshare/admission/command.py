@@ -12,14 +12,26 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flatshare.admission.plan import AdmissionPlan, SyntheticPlan, full_plan, quick_plan
 from flatshare.errors import InputError
 from flatshare.workloads.tokens import DEFAULT_VOCAB
 
+if TYPE_CHECKING:
+    from flatshare.admission.results import AdmissionSummary
+
 DEFAULT_TRACES = Path("../shared/traces")
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A finished experiment: its summary (as written to `summary.json`) and how long it took."""
+
+    summary: AdmissionSummary
+    wall_s: float
 
 
 def parse_engines(text: str) -> tuple[int, ...]:
@@ -109,11 +121,11 @@ def experiment_admission_endpoint(
     traces: Path = DEFAULT_TRACES,
     sharegpt: Path | None = None,
     on_progress: Callable[[int, int], None] | None = None,
-) -> dict[str, Any]:
+) -> Finished:
     """The experiment against the running gateway at `endpoint` (`endpoint.py`), in wall-clock time, one
     run at a time on the gateway's backends: check the gateway, run every condition through it, restore
     its routing (also on error or Ctrl-C), then build the report from the saved runs. `on_progress(done,
-    total)` is called after each run. Returns the summary with `wall_s` added."""
+    total)` is called after each run. Returns the summary and the seconds it all took."""
     options = options or EndpointOptions()
     import httpx
 
@@ -135,7 +147,8 @@ def experiment_admission_endpoint(
         gateway = check_gateway(endpoint, options.admin_token, options.model, client)
         base = SyntheticPlan(seeds=seeds) if seeds is not None else SyntheticPlan()
         synthetic = synthetic_for_endpoint(base, options, len(gateway.backends), gateway.max_model_len)
-        from flatshare.admission.endpoint import EndpointExperiment, EndpointPlan, restore
+        from flatshare.admission.endpoint import EndpointExperiment, restore
+        from flatshare.admission.endpointplan import EndpointPlan
         from flatshare.admission.report import build_report
         from flatshare.replay.wallclock import run_in_loop
 
@@ -168,7 +181,7 @@ def experiment_admission_endpoint(
         finally:
             restore(client, gateway, options.admin_token)
     summary = build_report(out)
-    return summary | {"wall_s": round(time.monotonic() - start, 1)}
+    return Finished(summary, round(time.monotonic() - start, 1))
 
 
 def build_plan(
@@ -215,13 +228,13 @@ def experiment_admission(
     executor: str = "local",
     ray_address: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
-) -> dict[str, Any]:
+) -> Finished:
     """Run the admission experiment on simulated clusters into `out` and build its summary, report and
     figures.
 
     Jobs run on `executor` (`local`: `workers` processes; `ray`: the cluster at `ray_address` or
     `RAY_ADDRESS`, else a local Ray instance). `on_progress(done, total)` is called after each job,
-    failed or not. Returns the summary with `wall_s` added. When jobs fail, the others complete and
+    failed or not. Returns the summary and the seconds it all took. When jobs fail, the others complete and
     `JobsFailed` names the failed ones (no report is built).
     """
     from flatshare.admission.experiment import count_jobs, run_plan
@@ -241,4 +254,4 @@ def experiment_admission(
     start = time.monotonic()
     run_plan(out, plan, on_done=advance, executor=pool)
     summary = build_report(out)
-    return summary | {"wall_s": round(time.monotonic() - start, 1)}
+    return Finished(summary, round(time.monotonic() - start, 1))

@@ -27,333 +27,46 @@ What runs:
   rule's thresholds calibrated on its first 20% (`traces.calibrate_from_run`), then the other policy
   conditions. Without it the trace part is not run (a wall-clock replay takes as long as the window).
 
-Real backends keep their prefix caches from run to run, where the simulated mode starts every run on
-fresh engines. So every run's prompts are salted (`salted`): each prompt span's key gets the run's own
-prefix (an experiment nonce, the workload, the condition and the seed), which keeps the sharing within
-a run (a conversation's turns) and makes nothing cached by an earlier run or experiment. Real-text
-prompts (ShareGPT) get one salt token in front instead.
+Real backends keep their prefix caches from run to run, so every run's prompts are salted
+(`endpointworkloads.salted`).
 
 Thresholds of the synthetic case (`endpoint_thresholds`): the simulated mode's (KV use above 0, input
 above 8,192 tokens), with the input threshold lowered to half the long request when that is shorter
 (`min(8192, long_tokens // 2)`), so the long request is long and every short is not.
 The routing in force before the experiment is put back at the end, also after an error or Ctrl-C.
+
+Modules: `endpointplan` (what runs, what is skipped), `endpointworkloads` (salting, the shorts alone),
+`gatewayreplay` (one run through the gateway), `gatewaydecisions` (decisions from routing headers),
+`endpointfacts` (`run.json`'s facts); this one puts them in order and saves each run.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
-import time
-import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from flatshare.admission.cluster import DecisionRecord
-from flatshare.admission.gatewayclient import (
-    TIMEOUT,
-    BackendPoller,
-    GatewayInfo,
-    put_routing,
-    wait_idle,
-)
+from flatshare.admission.endpointfacts import synthetic_facts, trace_facts
+from flatshare.admission.endpointplan import EndpointPlan, routing_change
+from flatshare.admission.endpointworkloads import alone_workload, salted
+from flatshare.admission.gatewayclient import TIMEOUT, GatewayInfo, put_routing
+from flatshare.admission.gatewayreplay import WallRun, replay_through
 from flatshare.admission.plan import (
-    CALIBRATION_FRACTION,
     TRACE_BASELINE,
     TRACE_CONDITIONS,
     Condition,
-    SyntheticPlan,
     TraceCase,
     endpoint_thresholds,
 )
 from flatshare.admission.runs import load_run, run_dir, save_wallclock_run, write_marker
-from flatshare.admission.synthetic import (
-    ALONE,
-    LONG_FIRST,
-    MAIN,
-    condition_facts,
-    synthetic_workload,
-    thresholds_json,
-)
+from flatshare.admission.synthetic import ALONE, MAIN, synthetic_workload
 from flatshare.admission.traces import calibrate_from_run, trace_workload, workload_key
 from flatshare.gateway.routing import Thresholds
-from flatshare.replay.endpoints import Endpoint
-from flatshare.replay.ledger import Ledger
-from flatshare.replay.records import ReplayRecord
-from flatshare.replay.wallclock import WallClockOptions, run_wallclock
-from flatshare.workloads.model import Session, Workload, WorkloadRequest
-from flatshare.workloads.tokens import DEFAULT_VOCAB, Span, check_vocab
+from flatshare.workloads.model import Workload
 
-MAKE_ROOM_HOW = (
-    "make-room runs inside each backend's scheduler and cannot be switched from outside: start the backends "
-    "with `--scheduler-cls flatshare.scheduler.MakeRoomScheduler --additional-config "
-    '\'{"make_room": {"enabled": true}}\' --scheduling-policy priority` (serve-sim: `--scheduler make-room '
-    "--make-room '{\"enabled\": true}' --policy priority`) and run again into another folder with `--priorities`: its A and B runs are then "
-    "the make-room and controller+make-room cells"
-)
-TRACE_NOT_RUN = (
-    "not run: a wall-clock replay of a trace window takes as long as the window; give --trace-seconds S to "
-    "replay each window cut to S seconds"
-)
-
-
-@dataclass(frozen=True)
-class EndpointPlan:
-    """What endpoint mode runs (module docstring). `drain_s`: how long a trace run may go on after its
-    last arrival; `idle_timeout_s`: the longest wait for idle backends before a run."""
-
-    gateway: GatewayInfo
-    synthetic: SyntheticPlan
-    traces: tuple[TraceCase, ...] = ()
-    trace_s: float | None = None
-    windows: int = 1
-    poll_s: float = 0.1
-    alone_pause_s: float = 0.3
-    drain_s: float = 120.0
-    idle_timeout_s: float = 300.0
-    read_timeout_s: float = 600.0
-    nonce: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    priorities: bool = False
-    vocab_size: int = DEFAULT_VOCAB
-
-    def __post_init__(self) -> None:
-        if self.trace_s is not None and not self.trace_s > 0:
-            raise ValueError(f"trace seconds must be > 0, got {self.trace_s}")
-        if self.windows < 1 or not self.poll_s > 0 or self.alone_pause_s < 0 or not self.drain_s > 0:
-            raise ValueError("windows >= 1, poll_s > 0, alone_pause_s >= 0 and drain_s > 0 are needed")
-        check_vocab(self.vocab_size)
-
-    @property
-    def conditions(self) -> tuple[Condition, ...]:
-        return tuple(c for c in self.synthetic.conditions if not c.make_room)
-
-    @property
-    def skipped(self) -> tuple[Condition, ...]:
-        return tuple(c for c in self.synthetic.conditions if c.make_room)
-
-    @property
-    def orders(self) -> list[tuple[str, bool]]:
-        return [(MAIN, False), (LONG_FIRST, True)] if self.synthetic.long_first else [(MAIN, False)]
-
-    def count_runs(self) -> int:
-        synthetic = self.synthetic.seeds * (len(self.orders) * len(self.conditions) + 1)
-        traces = len(self.traces) * self.windows * len(TRACE_CONDITIONS) if self.trace_s else 0
-        return synthetic + traces
-
-    def marker(self) -> dict[str, Any]:
-        """`experiment.json`'s plan: the settings, what was skipped and why."""
-        return {
-            "mode": "endpoint",
-            "nonce": self.nonce,
-            "priorities": self.priorities,
-            "vocab_size": self.vocab_size,
-            "endpoint": self.gateway.url,
-            "backends": list(self.gateway.backends),
-            "model": self.gateway.model,
-            "original_routing": self.gateway.routing,
-            "synthetic": json_safe(dataclasses.asdict(self.synthetic)),
-            "trace_s": self.trace_s,
-            "windows": self.windows,
-            "traces": [c.name for c in self.traces] if self.trace_s else [],
-            "skipped": {
-                "conditions": [{"key": c.key, "why": MAKE_ROOM_HOW} for c in self.skipped],
-                "traces": None if self.trace_s else TRACE_NOT_RUN,
-            },
-        }
-
-
-def json_safe(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    return value
-
-
-def routing_change(condition: Condition, thresholds: Thresholds | None) -> dict[str, Any]:
-    """The `PUT /gateway/routing` body of a condition."""
-    body: dict[str, Any] = {"policy": condition.policy, "prefer": condition.prefer}
-    if thresholds is not None:
-        body["thresholds"] = {"kv_usage": thresholds.kv_usage, "input_tokens": thresholds.input_tokens}
-    return body
-
-
-def salted(workload: Workload, salt: str, vocab_size: int = DEFAULT_VOCAB) -> Workload:
-    """The workload with prompts no earlier run shares (module docstring), their token ids below
-    `vocab_size` (the backends' model's vocabulary)."""
-
-    def prompt(request: WorkloadRequest) -> WorkloadRequest:
-        spans = request.prompt
-        if all(isinstance(s, Span) for s in spans):
-            return dataclasses.replace(
-                request,
-                prompt=tuple(Span(f"{salt}/{s.key}", s.length) for s in spans if isinstance(s, Span)),
-                vocab_size=vocab_size,
-            )
-        return dataclasses.replace(request, prompt=(Span(f"{salt}/text", 1), *spans), vocab_size=vocab_size)
-
-    sessions = tuple(
-        dataclasses.replace(s, requests=tuple(prompt(r) for r in s.requests)) for s in workload.sessions
-    )
-    return dataclasses.replace(workload, sessions=sessions)
-
-
-# -- one run ------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class WallRun:
-    records: list[ReplayRecord]
-    samples: list[dict[str, Any]]
-    decisions: list[DecisionRecord]
-    preemptions: int
-    wall_s: float
-
-
-def decisions_from(
-    records: Sequence[ReplayRecord], heads: dict[str, tuple[str, str, str]], samples: Sequence[dict[str, Any]]
-) -> list[DecisionRecord]:
-    """A decision per answered request from its routing headers, at its send time, in send order; the
-    backends as the last samples at or before it."""
-    out = []
-    answered = sorted((r for r in records if r.id in heads), key=lambda r: (r.send_s, r.id))
-    ordered = sorted(samples, key=lambda s: s["t"])
-    seen: dict[str, dict[str, Any]] = {}
-    next_sample = 0  # both in time order: one pass over the samples
-    for sequence, record in enumerate(answered):
-        backend, reason, preferred = heads[record.id]
-        while next_sample < len(ordered) and ordered[next_sample]["t"] <= record.send_s:
-            sample = ordered[next_sample]
-            seen[sample["engine"]] = {k: sample[k] for k in ("kv_usage", "running", "waiting")} | {
-                "name": sample["engine"]
-            }
-            next_sample += 1
-        out.append(
-            DecisionRecord(
-                round(record.send_s, 6),
-                record.id,
-                sequence,
-                record.prompt_tokens,
-                record.max_tokens,
-                record.cls,
-                backend,
-                preferred,
-                reason,
-                tuple(seen.values()),
-            )
-        )
-    return out
-
-
-async def replay_through(
-    client: httpx.AsyncClient,
-    plan: EndpointPlan,
-    workload: Workload,
-    duration_s: float | None = None,
-) -> WallRun:
-    """Wait for idle backends, then replay `workload` through the gateway in wall time."""
-    gateway = plan.gateway
-    await wait_idle(client, gateway.url, plan.idle_timeout_s)
-    heads: dict[str, tuple[str, str, str]] = {}
-
-    def on_response(request_id: str, headers: httpx.Headers) -> None:
-        backend = headers.get("x-flatshare-backend")
-        if backend:
-            reason = headers.get("x-flatshare-reason", "")
-            heads[request_id] = (backend, reason, headers.get("x-flatshare-preferred", backend))
-
-    options = WallClockOptions(
-        duration_s=duration_s,
-        grace_s=plan.drain_s,
-        read_timeout_s=plan.read_timeout_s,
-        send_priority=plan.priorities,
-        sample_metrics=False,
-    )
-    endpoint = Endpoint(gateway.url, gateway.model, gateway.max_model_len)
-    ledger = Ledger()
-    poller = BackendPoller(client, gateway.url, plan.poll_s)
-    polling = asyncio.create_task(poller.run(), name="gateway backends")
-    start = time.monotonic()
-    try:
-        await run_wallclock(workload, [endpoint], ledger, options, on_response=on_response)
-    finally:
-        polling.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await polling
-    t0 = ledger.clock.t0
-    samples = [
-        {"engine": r["engine"], "t": round(r["perf_s"] - t0, 6)}
-        | {k: v for k, v in r.items() if k not in ("engine", "perf_s")}
-        for r in poller.rows
-        if r["perf_s"] >= t0
-    ]
-    records = ledger.sorted_records()
-    return WallRun(
-        records,
-        samples,
-        decisions_from(records, heads, samples),
-        _preemptions(samples),
-        round(time.monotonic() - start, 3),
-    )
-
-
-def _preemptions(samples: Sequence[dict[str, Any]]) -> int:
-    """Preemptions during the run, summed over the backends (last minus first cumulative reading)."""
-    by_engine: dict[str, list[int]] = {}
-    for s in samples:
-        by_engine.setdefault(s["engine"], []).append(int(s["preemptions_total"]))
-    return sum(max(v) - min(v) for v in by_engine.values())
-
-
-# -- facts ----------------------------------------------------------------------------------------------
-def _common(plan: EndpointPlan, run: WallRun) -> dict[str, Any]:
-    g = plan.gateway
-    return {
-        "mode": "endpoint",
-        "endpoint": g.url,
-        "backends": list(g.backends),
-        "model": g.model,
-        "priorities": plan.priorities,
-        "profile": None,
-        "engine_config": None,
-        "preemptions": run.preemptions,
-        "steps": None,
-        "virtual_s": None,
-        "scheduler_counters": {},
-        "wall_s": run.wall_s,
-    }
-
-
-def synthetic_facts(
-    plan: EndpointPlan, run: WallRun, workload: str, condition: Condition, seed: int
-) -> dict[str, Any]:
-    thresholds = endpoint_thresholds(plan.synthetic.long_tokens)
-    return _common(plan, run) | {
-        "workload": workload,
-        "part": ALONE if condition.key == ALONE else "synthetic",
-        "engines": 1 if condition.key == ALONE else len(plan.gateway.backends),
-        "condition": condition_facts(condition),
-        "seed": seed,
-        "thresholds": thresholds_json(thresholds),
-        "long_input_tokens": thresholds.input_tokens,
-        "replay_s": None,
-        "eval_from_s": 0.0,
-    }
-
-
-def alone_workload(workload: Workload, pause_s: float) -> Workload:
-    """The shorts of `workload` one after another in one session, `pause_s` after each reply."""
-    shorts = [r for r in workload.requests() if r.cls == "short"]
-    spaced = tuple(
-        dataclasses.replace(r, session_id="alone", pause_before_s=0.0 if i == 0 else pause_s, arrival_s=None)
-        for i, r in enumerate(shorts)
-    )
-    return Workload(f"{workload.name}-alone", (Session("alone", "short", 0.0, spaced),), workload.seed)
-
-
-# -- the whole experiment ---------------------------------------------------------------------------------
 Progress = Callable[[str], None]
 
 
@@ -402,7 +115,7 @@ class EndpointExperiment:
         workload = trace_workload(cut, window, n, plan.gateway.max_model_len or 131_072)
         key = workload_key(case, n)
         thresholds: Thresholds | None = None
-        calibration = None
+        calibration: dict[str, Any] | None = None
         for condition in sorted(TRACE_CONDITIONS, key=lambda c: c.key != TRACE_BASELINE):
             if condition.policy == "threshold" and thresholds is None:
                 raise AssertionError("the baseline runs first")  # pragma: no cover
@@ -410,22 +123,7 @@ class EndpointExperiment:
             run = await replay_through(
                 client, plan, self._salted(workload, condition.key), duration_s=plan.trace_s
             )
-            facts = _common(plan, run) | {
-                "workload": key,
-                "trace": case.name,
-                "part": "trace",
-                "engines": n,
-                "condition": condition_facts(condition),
-                "seed": window,
-                "spec": cut.spec(window, n),
-                "rate": cut.rate_for(n),
-                "thresholds": thresholds_json(thresholds if condition.policy == "threshold" else None),
-                "calibration": calibration,
-                "long_input_tokens": thresholds.input_tokens if thresholds else None,
-                "replay_s": plan.trace_s,
-                "eval_from_s": CALIBRATION_FRACTION * plan.trace_s,
-                "drain_s": plan.drain_s,
-            }
+            facts = trace_facts(plan, run, cut, window, condition, thresholds, calibration)
             folder = self._save(key, condition.key, window, run, facts)
             if condition.key == TRACE_BASELINE:
                 result = calibrate_from_run(load_run(folder))

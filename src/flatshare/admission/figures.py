@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,21 +13,22 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from flatshare.admission.attribution import PressureEvent
+from flatshare.admission.results import AdmissionSummary, ConditionResult
 from flatshare.admission.runs import SavedRun
 
 
-def _bars(ax: Any, conditions: dict[str, Any], keys: list[str], title: str) -> None:
-    values = [conditions[k]["short_ttft_p95_s"] or 0.0 for k in keys]
-    cis = [conditions[k]["short_ttft_p95_ci"] or [v, v] for k, v in zip(keys, values, strict=True)]
+def _bars(ax: Any, conditions: Mapping[str, ConditionResult], keys: list[str], title: str) -> None:
+    values = [conditions[k].short_ttft_p95_s or 0.0 for k in keys]
+    cis = [conditions[k].short_ttft_p95_ci or (v, v) for k, v in zip(keys, values, strict=True)]
     err = np.array(
         [
-            [max(0.0, v - lo) for v, (lo, _) in zip(values, cis, strict=True)],
-            [max(0.0, hi - v) for v, (_, hi) in zip(values, cis, strict=True)],
+            [max(0.0, v - (lo or 0.0)) for v, (lo, _) in zip(values, cis, strict=True)],
+            [max(0.0, (hi or 0.0) - v) for v, (_, hi) in zip(values, cis, strict=True)],
         ]
     )
     ax.bar(range(len(keys)), values, yerr=err, capsize=3, color="#4c72b0")
     for i, k in enumerate(keys):
-        dots = [x for x in conditions[k]["per_seed_short_ttft_p95_s"] if x is not None]
+        dots = [x for x in conditions[k].per_seed_short_ttft_p95_s if x is not None]
         if len(dots) > 1:
             ax.scatter([i] * len(dots), dots, s=8, color="#dd8452", zorder=3)
     ax.set_xticks(range(len(keys)), keys, rotation=40, ha="right", fontsize=7)
@@ -34,28 +36,28 @@ def _bars(ax: Any, conditions: dict[str, Any], keys: list[str], title: str) -> N
     ax.set_ylabel("short TTFT p95 (s)")
 
 
-def synthetic_figure(summary: dict[str, Any], path: Path) -> None:
+def synthetic_figure(summary: AdmissionSummary, path: Path) -> None:
     """Mean p95 TTFT of the shorts per condition with its 95% CI (bars) and per-seed p95s (dots)."""
-    names = [n for n in ("synthetic", "synthetic-long-first") if n in summary["workloads"]]
+    names = [n for n in ("synthetic", "synthetic-long-first") if n in summary.workloads]
     fig, axes = plt.subplots(1, max(1, len(names)), figsize=(5.5 * max(1, len(names)), 4.2), squeeze=False)
     for ax, name in zip(axes[0], names, strict=False):
-        conditions = summary["workloads"][name]["conditions"]
+        conditions = summary.workloads[name].conditions
         _bars(ax, conditions, list(conditions), name)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def traces_figure(summary: dict[str, Any], path: Path) -> None:
+def traces_figure(summary: AdmissionSummary, path: Path) -> None:
     """p95 TTFT of short requests per condition, one panel per trace and engine count."""
-    names = [n for n, w in summary["workloads"].items() if w["part"] == "trace"]
+    names = [n for n, w in summary.workloads.items() if w.part == "trace"]
     if not names:
         return
     cols = min(3, len(names))
     rows = -(-len(names) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.8 * rows), squeeze=False)
     for ax, name in zip(axes.flat, names, strict=False):
-        conditions = summary["workloads"][name]["conditions"]
+        conditions = summary.workloads[name].conditions
         _bars(ax, conditions, list(conditions), name)
     for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
@@ -64,9 +66,9 @@ def traces_figure(summary: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def levers_figure(summary: dict[str, Any], path: Path) -> None:
+def levers_figure(summary: AdmissionSummary, path: Path) -> None:
     """The 2x2 of routing and make-room per synthetic workload: short p95 and the long request's TTFT."""
-    levers = summary.get("levers") or {}
+    levers = summary.levers
     if not levers:
         return
     cells = list(next(iter(levers.values())))
@@ -76,7 +78,7 @@ def levers_figure(summary: dict[str, Any], path: Path) -> None:
     for ax, field, label in panels:
         for i, (name, block) in enumerate(levers.items()):
             x = np.arange(len(cells)) + i * width
-            ax.bar(x, [block[c][field] or 0.0 for c in cells], width, label=name)
+            ax.bar(x, [getattr(block[c], field) or 0.0 for c in cells], width, label=name)
         ax.set_xticks(np.arange(len(cells)) + 0.4 - width / 2, cells, rotation=20, ha="right", fontsize=7)
         ax.set_ylabel(label)
         ax.legend(fontsize=7)

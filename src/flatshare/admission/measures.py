@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from flatshare.admission.plan import SHORT_MAX_TOKENS
+from flatshare.admission.results import Slowdown
 from flatshare.admission.runs import SavedRun
 from flatshare.replay.records import ReplayRecord
 
@@ -92,9 +93,7 @@ def run_metrics(run: SavedRun, long_input_tokens: int | None) -> RunMetrics:
     )
 
 
-def slowdown_vs_alone(
-    mine: dict[int, RunMetrics], alone: dict[int, RunMetrics]
-) -> dict[str, float | None] | None:
+def slowdown_vs_alone(mine: dict[int, RunMetrics], alone: dict[int, RunMetrics]) -> Slowdown | None:
     """Each short's TTFT over its TTFT alone (same seed, same request): median and max."""
     ratios = [
         ttft / alone[seed].short_ttfts[rid]
@@ -105,4 +104,4 @@ def slowdown_vs_alone(
     ]
     if not ratios:
         return None
-    return {"median": round(float(np.median(ratios)), 2), "max": round(max(ratios), 2)}
+    return Slowdown(median=round(float(np.median(ratios)), 2), max=round(max(ratios), 2))

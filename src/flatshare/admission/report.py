@@ -2,102 +2,111 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from flatshare.admission import figures
 from flatshare.admission.attribution import AttributionConfig, live_event, pressure_events
+from flatshare.admission.results import (
+    AdmissionSummary,
+    ConditionResult,
+    DecisionRow,
+    EventSummary,
+    Skipped,
+)
 from flatshare.admission.runs import SavedRun, load_runs
 from flatshare.admission.summary import summarize
 from flatshare.lab.compare import RESAMPLES
 
-COLUMNS = (
-    ("short_ttft_p95_s", "short TTFT p95 s"),
-    ("short_ttft_p95_ci", "95% CI"),
-    ("p_value", "p vs baseline"),
-    ("short_input_ttft_p95_s", "short-input p95 s"),
-    ("long_ttft_s", "long TTFT s"),
-    ("tokens_per_s", "tok/s"),
-    ("routed_away_frac", "routed away"),
-    ("kv_usage_p95", "KV p95"),
-    ("waiting_p95", "waiting p95"),
-    ("failed", "failed"),
+
+def _p_cell(p: float | None, method: str | None) -> str:
+    """A p-value; a bootstrap p at its resolution floor reads `<0.001`."""
+    if p is not None and (method or "").startswith("paired bootstrap") and p <= 1 / RESAMPLES:
+        return f"<{2 / RESAMPLES:.3g}"
+    return _cell(p)
+
+
+COLUMNS: tuple[tuple[str, Callable[[ConditionResult], str]], ...] = (
+    ("short TTFT p95 s", lambda m: _cell(m.short_ttft_p95_s)),
+    ("95% CI", lambda m: _cell(m.short_ttft_p95_ci)),
+    ("p vs baseline", lambda m: _p_cell(m.vs_baseline.p_value, m.vs_baseline.p_value_method)),
+    ("short-input p95 s", lambda m: _cell(m.short_input_ttft_p95_s)),
+    ("long TTFT s", lambda m: _cell(m.long_ttft_s)),
+    ("tok/s", lambda m: _cell(m.tokens_per_s)),
+    ("routed away", lambda m: _cell(m.routed_away_frac)),
+    ("KV p95", lambda m: _cell(m.kv_usage_p95)),
+    ("waiting p95", lambda m: _cell(m.waiting_p95)),
+    ("failed", lambda m: _cell(m.failed)),
 )
 
 
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return "-".join(_cell(v) for v in value)
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 0.01 and value != 0 else f"{value:.3f}"
     return str(value)
 
 
-def _p_cell(m: dict[str, Any]) -> str:
-    """A p-value; a bootstrap p at its resolution floor reads `<0.001`."""
-    p, method = m.get("p_value"), m.get("p_value_method") or ""
-    if p is not None and method.startswith("paired bootstrap") and p <= 1 / RESAMPLES:
-        return f"<{2 / RESAMPLES:.3g}"
-    return _cell(p)
+def _slow_cell(m: ConditionResult) -> str:
+    s = m.slowdown_vs_alone
+    return "-" if s is None else f"{s.median:.1f}x / {s.max:.0f}x"
 
 
-def _slow_cell(slowdown: dict[str, Any] | None) -> str:
-    return "-" if not slowdown else f"{slowdown['median']:.1f}x / {slowdown['max']:.0f}x"
-
-
-def _table(conditions: dict[str, Any]) -> list[str]:
-    labels = " | ".join(label for _, label in COLUMNS)
+def _table(conditions: Mapping[str, ConditionResult]) -> list[str]:
+    labels = " | ".join(label for label, _ in COLUMNS)
     lines = [f"| condition | {labels} | vs alone (median / max) | slowed shorts | events |"]
     lines.append("|---" * (len(COLUMNS) + 4) + "|")
     for key, m in conditions.items():
-        a = m["attribution"]
-        cells = " | ".join(_p_cell(m) if field == "p_value" else _cell(m[field]) for field, _ in COLUMNS)
-        slow = _slow_cell(m.get("slowdown_vs_alone"))
-        lines.append(f"| {key} | {cells} | {slow} | {a['flagged_shorts']} | {a['events']} |")
+        a = m.attribution
+        cells = " | ".join(cell(m) for _, cell in COLUMNS)
+        lines.append(f"| {key} | {cells} | {_slow_cell(m)} | {a.flagged_shorts} | {a.events} |")
     return lines
 
 
-def _synthetic(summary: dict[str, Any], long_tokens: int = 50_000) -> list[str]:
-    block = summary["workloads"].get("synthetic")
+def _synthetic(summary: AdmissionSummary, long_tokens: int = 50_000) -> list[str]:
+    block = summary.workloads.get("synthetic")
     if block is None:
         return []
-    c = block["conditions"]
+    c = block.conditions
     a, b = c.get("A-fcfs-one-engine"), c.get("B-controller")
     lines = [f"## 1. Synthetic: one {long_tokens:,}-token request beside ten short ones", ""]
     if a and b:
         lines += [
-            f"**Run A** (all on engine 1, FCFS): mean p95 TTFT of the shorts {_cell(a['short_ttft_p95_s'])} s, "
-            f"95% CI {_cell(a['short_ttft_p95_ci'])} s. **Run B** (controller on): {_cell(b['short_ttft_p95_s'])} s, "
-            f"95% CI {_cell(b['short_ttft_p95_ci'])} s. Paired t-test over {b['n_pairs']} seeds: "
-            f"p = {_cell(b['p_value'])} (mean difference {_cell(b['mean_difference_s'])} s). The rule moved the "
-            f"long request in {_cell(b['routed_away_frac'])} of the seeds.",
+            f"**Run A** (all on engine 1, FCFS): mean p95 TTFT of the shorts {_cell(a.short_ttft_p95_s)} s, "
+            f"95% CI {_cell(a.short_ttft_p95_ci)} s. **Run B** (controller on): {_cell(b.short_ttft_p95_s)} s, "
+            f"95% CI {_cell(b.short_ttft_p95_ci)} s. Paired t-test over {b.vs_baseline.n_pairs} seeds: "
+            f"p = {_cell(b.vs_baseline.p_value)} (mean difference {_cell(b.vs_baseline.mean_difference_s)} s). "
+            f"The rule moved the long request in {_cell(b.routed_away_frac)} of the seeds.",
             "",
         ]
     lines += [*_table(c), ""]
     alone = c.get("alone")
     if alone:
         lines += [
-            f"Each short alone on an idle engine: TTFT p50 {_cell(alone['short_ttft_p50_s'])} s, "
-            f"max {_cell(alone['short_ttft_max_s'])} s (mean of per-seed p95 {_cell(alone['short_ttft_p95_s'])} s).",
+            f"Each short alone on an idle engine: TTFT p50 {_cell(alone.short_ttft_p50_s)} s, "
+            f"max {_cell(alone.short_ttft_max_s)} s (mean of per-seed p95 {_cell(alone.short_ttft_p95_s)} s).",
             "",
         ]
-    first = summary["workloads"].get("synthetic-long-first")
+    first = summary.workloads.get("synthetic-long-first")
     if first:
         lines += [
             "Control, the seed's literal order (the long request first, on an idle cluster): no KV rule can fire "
             "(the preferred engine holds no KV when the long request arrives).",
             "",
-            *_table(first["conditions"]),
+            *_table(first.conditions),
             "",
         ]
     return [*lines, "![synthetic](synthetic.png)", ""]
 
 
-def _traces(summary: dict[str, Any]) -> list[str]:
-    names = [n for n, w in summary["workloads"].items() if w["part"] == "trace"]
+def _traces(summary: AdmissionSummary) -> list[str]:
+    names = [n for n, w in summary.workloads.items() if w.part == "trace"]
     if not names:
         return []
     lines = [
@@ -113,62 +122,62 @@ def _traces(summary: dict[str, Any]) -> list[str]:
         "",
     ]
     for name in names:
-        w = summary["workloads"][name]
-        longs = ", ".join(str(v) for v in w["long_input_tokens"].values())
+        w = summary.workloads[name]
+        longs = ", ".join(str(v) for v in w.long_input_tokens.values())
         lines += [
-            f"### {name}: {w['engines']} engines, rate x{_cell(w['rate'])}, {_cell(w['replay_s'])} s replayed "
-            f"per window, {w['replicates']} window(s); long = input above {longs} tokens",
+            f"### {name}: {w.engines} engines, rate x{_cell(w.rate)}, {_cell(w.replay_s)} s replayed "
+            f"per window, {w.replicates} window(s); long = input above {longs} tokens",
             "",
-            *_table(w["conditions"]),
+            *_table(w.conditions),
             "",
         ]
-        on = w["conditions"].get("on", {})
-        vs = on.get("vs_round-robin")
-        if vs:
-            p_cell = _p_cell({"p_value": vs["p_value"], "p_value_method": vs["method"]})
+        on = w.conditions.get("on")
+        vs = on.vs_round_robin if on is not None else None
+        if vs is not None:
+            p_cell = _p_cell(vs.p_value, vs.method)
             p_text = p_cell if p_cell.startswith("<") else f"= {p_cell}"
             lines += [
                 f"`on` against its own preference `round-robin`: p95 difference (on minus round-robin) "
-                f"{_cell(vs['mean_difference_s'])} s, p {p_text} ({vs['method']}).",
+                f"{_cell(vs.mean_difference_s)} s, p {p_text} ({vs.method}).",
                 "",
             ]
     return [*lines, "![traces](traces.png)", ""]
 
 
-def _event_cell(e: dict[str, Any]) -> str:
-    who = ", ".join(x["request_id"] for x in e["responsible"]) or "nobody"
-    return f"{e['engine']} {e['start_s']}-{e['end_s']} s: {len(e['shorts'])} shorts up to x{e['worst_slowdown']}, by {who}"
+def _event_cell(e: EventSummary) -> str:
+    who = ", ".join(x.request_id for x in e.responsible) or "nobody"
+    return f"{e.engine} {e.start_s}-{e.end_s} s: {len(e.shorts)} shorts up to x{e.worst_slowdown}, by {who}"
 
 
-def _decision_row(r: dict[str, Any]) -> str:
-    live = _event_cell(r["live_event"]) if r["live_event"] else "none"
-    base = "; ".join(_event_cell(e) for e in r["baseline_events"][:2]) or "none"
+def _decision_row(r: DecisionRow) -> str:
+    live = _event_cell(r.live_event) if r.live_event else "none"
+    base = "; ".join(_event_cell(e) for e in r.baseline_events[:2]) or "none"
     cells = (
-        r["workload"],
-        r["condition"],
-        r["seed"],
-        f"{r['t']:.2f}",
-        r["request_id"],
-        r["input_tokens"],
-        f"{r['from']} -> {r['to']}",
-        _cell(r["kv_usage_seen"]),
+        r.workload,
+        r.condition,
+        r.seed,
+        f"{r.t:.2f}",
+        r.request_id,
+        r.input_tokens,
+        f"{r.from_engine} -> {r.to}",
+        _cell(r.kv_usage_seen),
         live,
         base,
     )
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def _attribution(summary: dict[str, Any]) -> list[str]:
-    note = summary.get("attribution_note")
+def _attribution(summary: AdmissionSummary) -> list[str]:
+    note = summary.attribution_note
     if note:
         return ["## 3. Interference attribution", "", f"{note[0].upper()}{note[1:]}.", ""]
-    cfg = summary["attribution_config"]
-    rows = summary["decisions"]
+    cfg = summary.attribution_config
+    rows = summary.decisions
     lines = [
         "## 3. Interference attribution",
         "",
-        f"A short request is slowed when its TTFT exceeds {cfg['slowdown']} x its expected TTFT alone (its "
-        f"prefill priced by the step-time profile) + {cfg['margin_s']} s. Overlapping slowed shorts on one "
+        f"A short request is slowed when its TTFT exceeds {cfg.slowdown} x its expected TTFT alone (its "
+        f"prefill priced by the step-time profile) + {cfg.margin_s} s. Overlapping slowed shorts on one "
         "engine form a pressure event; the requests holding the largest time-averaged share of the engine's "
         "KV over it are responsible. A decision that moved a request away is backed *live* if an event was in "
         "progress on the engine it left, and by the *baseline* if, in the baseline run, that request caused one.",
@@ -176,12 +185,12 @@ def _attribution(summary: dict[str, Any]) -> list[str]:
         "| workload | condition | moved away | backed live | backed by the baseline |",
         "|---|---|---|---|---|",
     ]
-    for name, w in summary["workloads"].items():
-        for key, m in w["conditions"].items():
-            a = m["attribution"]
-            if a.get("moved"):
+    for name, w in summary.workloads.items():
+        for key, m in w.conditions.items():
+            a = m.attribution
+            if a.moved:
                 lines.append(
-                    f"| {name} | {key} | {a['moved']} | {a['moved_backed_live']} | {a['moved_backed_baseline']} |"
+                    f"| {name} | {key} | {a.moved} | {a.moved_backed_live} | {a.moved_backed_baseline} |"
                 )
     lines += ["", "Examples (at most three per workload):", ""]
     lines += [
@@ -190,26 +199,27 @@ def _attribution(summary: dict[str, Any]) -> list[str]:
     ]
     shown: dict[str, int] = {}
     for r in rows:
-        if shown.get(r["workload"], 0) >= 3:
+        if shown.get(r.workload, 0) >= 3:
             continue
-        shown[r["workload"]] = shown.get(r["workload"], 0) + 1
+        shown[r.workload] = shown.get(r.workload, 0) + 1
         lines.append(_decision_row(r))
     lines += ["", "Largest pressure events in each baseline (which requests were responsible):", ""]
     lines += [
         "| workload | seed | engine | window s | shorts | worst slowdown | responsible (KV share) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name, w in summary["workloads"].items():
-        for e in w["top_events"][:3]:
-            who = ", ".join(f"{x['request_id']} ({x['kv_share']:.1%})" for x in e["responsible"])
+    for name, w in summary.workloads.items():
+        for top in w.top_events[:3]:
+            e = top.event
+            who = ", ".join(f"{x.request_id} ({x.kv_share:.1%})" for x in e.responsible)
             lines.append(
-                f"| {name} | {e['seed']} | {e['engine']} | {e['start_s']}-{e['end_s']} | {e['n_shorts']} | {e['worst_slowdown']} | {who} |"
+                f"| {name} | {top.seed} | {e.engine} | {e.start_s}-{e.end_s} | {top.n_shorts} | {e.worst_slowdown} | {who} |"
             )
     return [*lines, "", "![attribution](attribution.png)", ""]
 
 
-def _levers(summary: dict[str, Any]) -> list[str]:
-    levers = summary.get("levers") or {}
+def _levers(summary: AdmissionSummary) -> list[str]:
+    levers = summary.levers
     if not levers:
         return []
     lines = [
@@ -227,43 +237,43 @@ def _levers(summary: dict[str, Any]) -> list[str]:
         lines.append("|---|---|---|---|---|---|---|---|")
         for cell, m in cells.items():
             values = (
-                m["short_ttft_p95_s"],
-                m["short_ttft_p95_ci"],
-                m["reduction_s"],
-                m["long_ttft_s"],
-                m["tokens_per_s"],
-                m["p_value"],
+                m.short_ttft_p95_s,
+                m.short_ttft_p95_ci,
+                m.reduction_s,
+                m.long_ttft_s,
+                m.tokens_per_s,
+                m.p_value,
             )
-            lines.append(f"| {cell} | {m['condition']} | " + " | ".join(_cell(v) for v in values) + " |")
+            lines.append(f"| {cell} | {m.condition} | " + " | ".join(_cell(v) for v in values) + " |")
         lines.append("")
     return [*lines, "![levers](levers.png)", ""]
 
 
-def _endpoint_intro(summary: dict[str, Any], plan: dict[str, Any]) -> list[str]:
+def _endpoint_intro(summary: AdmissionSummary, plan: dict[str, Any]) -> list[str]:
     """The header of a report of runs against a running gateway: where, what ran, what did not and why."""
     synth = plan.get("synthetic", {})
-    skipped = summary.get("skipped") or {}
+    skipped = summary.skipped or Skipped((), None)
     lines = [
         "# Admission control: routing long requests away from KV pressure (against a running gateway)",
         "",
-        f"Gateway `{summary['endpoint']}`, backends {', '.join(f'`{b}`' for b in summary['backends'] or [])}, "
-        f"model `{summary['model']}`; wall-clock replay through the gateway, its routing switched per condition "
+        f"Gateway `{summary.endpoint}`, backends {', '.join(f'`{b}`' for b in summary.backends or ())}, "
+        f"model `{summary.model}`; wall-clock replay through the gateway, its routing switched per condition "
         f"with `PUT /gateway/routing` and restored at the end. Synthetic sizes: long request "
         f"{synth.get('long_tokens')} input / {synth.get('long_max_tokens')} output tokens; shorts "
         f"{synth.get('short_prompt')} input tokens, up to {synth.get('short_max_tokens')} output. Short = at most "
-        f"{summary['short_max_tokens']} output tokens; a short request that never got a token counts as "
-        f"{summary['failed_ttft_s']} s. Every number below is computed from the saved runs in `runs/`.",
+        f"{summary.short_max_tokens} output tokens; a short request that never got a token counts as "
+        f"{summary.failed_ttft_s} s. Every number below is computed from the saved runs in `runs/`.",
         "",
     ]
-    for item in skipped.get("conditions") or []:
-        lines += [f"- Skipped condition `{item['key']}`: {item['why']}.", ""]
-    if skipped.get("traces"):
-        lines += [f"- Real traces: {skipped['traces']}.", ""]
+    for item in skipped.conditions:
+        lines += [f"- Skipped condition `{item.key}`: {item.why}.", ""]
+    if skipped.traces:
+        lines += [f"- Real traces: {skipped.traces}.", ""]
     return lines
 
 
-def write_report(out: Path, summary: dict[str, Any], plan: dict[str, Any]) -> None:
-    if summary.get("mode") == "endpoint":
+def write_report(out: Path, summary: AdmissionSummary, plan: dict[str, Any]) -> None:
+    if summary.mode == "endpoint":
         long_tokens = int(plan.get("synthetic", {}).get("long_tokens", 50_000))
         lines = _endpoint_intro(summary, plan)
         lines += (
@@ -275,11 +285,11 @@ def write_report(out: Path, summary: dict[str, Any], plan: dict[str, Any]) -> No
     lines = [
         "# Admission control: routing long requests away from KV pressure (simulated cluster)",
         "",
-        f"Profile `{summary['profile']}` (derived from spec sheets, not measured); engines: vLLM's own "
+        f"Profile `{summary.profile}` (derived from spec sheets, not measured); engines: vLLM's own "
         f"scheduler, `max_num_batched_tokens` {engine.get('max_num_batched_tokens')}, `max_num_seqs` "
         f"{engine.get('max_num_seqs')}, {engine.get('kv_tokens')} KV tokens. Short = at most "
-        f"{summary['short_max_tokens']} output tokens; a short request that never got a token counts as "
-        f"{summary['failed_ttft_s']} s. Every number below is computed from the saved runs in `runs/`.",
+        f"{summary.short_max_tokens} output tokens; a short request that never got a token counts as "
+        f"{summary.failed_ttft_s} s. Every number below is computed from the saved runs in `runs/`.",
         "",
     ]
     lines += _synthetic(summary) + _traces(summary) + _attribution(summary) + _levers(summary)
@@ -309,16 +319,19 @@ def _attribution_panels(runs: list[SavedRun], config: AttributionConfig) -> list
     return panels
 
 
-def build_report(out: Path, config: AttributionConfig | None = None) -> dict[str, Any]:
+def build_report(out: Path, config: AttributionConfig | None = None) -> AdmissionSummary:
     """(Re)build summary.json, report.md and the figures from `out/runs` alone."""
     config = config or AttributionConfig()
     runs = load_runs(out)
     summary = summarize(runs, config)
     marker = out / "experiment.json"
     plan = json.loads(marker.read_text()).get("plan", {}) if marker.is_file() else {}
-    if summary["mode"] == "endpoint":
-        summary["skipped"] = plan.get("skipped")
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    if summary.mode == "endpoint":
+        skipped = plan.get("skipped")
+        summary = dataclasses.replace(
+            summary, skipped=None if skipped is None else Skipped.from_json(skipped)
+        )
+    (out / "summary.json").write_text(json.dumps(summary.to_json(), indent=2, sort_keys=True) + "\n")
     figures.synthetic_figure(summary, out / "synthetic.png")
     figures.traces_figure(summary, out / "traces.png")
     figures.levers_figure(summary, out / "levers.png")

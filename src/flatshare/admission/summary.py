@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -27,6 +26,17 @@ from flatshare.admission.plan import (
     TRACE_CONDITIONS,
     TRACE_MAKE_ROOM_CONDITIONS,
 )
+from flatshare.admission.results import (
+    AdmissionSummary,
+    AttributionCounts,
+    BaselineTest,
+    ConditionResult,
+    DecisionRow,
+    LeverCell,
+    PreferenceTest,
+    Slowdown,
+    WorkloadResult,
+)
 from flatshare.admission.runs import SavedRun
 from flatshare.admission.synthetic import ALONE
 from flatshare.admission.synthetic import MAIN as SYNTHETIC_MAIN
@@ -37,6 +47,7 @@ from flatshare.lab.stats import bootstrap_ci, percentile
 SUMMARY_VERSION = 1
 MAX_DECISION_ROWS = 50  # per workload
 Grouped = dict[str, dict[int, SavedRun]]
+PREFERENCE = "round-robin"  # the routing the threshold rule (`on`) overrides
 
 
 def _r(value: float | None, digits: int = 4) -> float | None:
@@ -60,13 +71,13 @@ def _p(value: float | None) -> float | None:
     return None if value is None else float(f"{value:.3g}")
 
 
-def _thresholds(grouped: Grouped) -> dict[str, Any]:
+def _thresholds(grouped: Grouped) -> dict[int, Any]:
     """The threshold rule's thresholds per seed (one entry per seed: every rule condition shares them)."""
-    out: dict[str, Any] = {}
+    out: dict[int, Any] = {}
     for runs in grouped.values():
         for seed, run in sorted(runs.items()):
             if run.facts["condition"]["policy"] == "threshold" and run.facts["thresholds"]:
-                out.setdefault(str(seed), run.facts["thresholds"])
+                out.setdefault(seed, run.facts["thresholds"])
     return out
 
 
@@ -97,7 +108,10 @@ def _condition(
     runs: dict[int, SavedRun],
     metrics: dict[int, RunMetrics],
     events: dict[int, list[PressureEvent]],
-) -> dict[str, Any]:
+    tests: tuple[BaselineTest, PreferenceTest | None, Slowdown | None],
+    moved: list[DecisionRow],
+) -> ConditionResult:
+    """One condition from its runs' measures; `tests`: against the baseline, the preference, alone."""
     seeds = sorted(metrics)
     per_seed = [metrics[s].short_ttft_p95_s for s in seeds]
     pooled = [x for s in seeds for x in metrics[s].short_ttfts.values()]
@@ -105,44 +119,49 @@ def _condition(
     longs = [x for s in seeds for x in metrics[s].long_ttfts]
     rates = [m.tokens_per_s for m in metrics.values() if m.tokens_per_s is not None]
     eligible = sum(metrics[s].long_decisions for s in seeds)
-    moved = [metrics[s].routed_away for s in seeds]
+    routed = [metrics[s].routed_away for s in seeds]
     kv = [x for s in seeds for x in metrics[s].kv_usage]
     counters: dict[str, list[float]] = defaultdict(list)
     for run in runs.values():
         for key, value in run.facts.get("scheduler_counters", {}).items():
             counters[key].append(float(value))
-    return {
-        "n_runs": len(seeds),
-        "n_short": len(pooled),
-        "short_ttft_p95_s": _r(p95),
-        "short_ttft_p95_ci": [_r(ci[0]), _r(ci[1])] if ci else None,
-        "ci_method": method,
-        "per_seed_short_ttft_p95_s": [_r(x) for x in per_seed],
-        "short_ttft_p50_s": _r(percentile(pooled, 50)),
-        "short_input_ttft_p95_s": _r(
-            percentile([x for s in seeds for x in metrics[s].short_input_ttfts], 95)
+    vs_baseline, vs_preference, slowdown = tests
+    return ConditionResult(
+        n_runs=len(seeds),
+        n_short=len(pooled),
+        short_ttft_p95_s=_r(p95),
+        short_ttft_p95_ci=(_r(ci[0]), _r(ci[1])) if ci else None,
+        ci_method=method,
+        per_seed_short_ttft_p95_s=tuple(_r(x) for x in per_seed),
+        short_ttft_p50_s=_r(percentile(pooled, 50)),
+        short_input_ttft_p95_s=_r(percentile([x for s in seeds for x in metrics[s].short_input_ttfts], 95)),
+        short_ttft_max_s=_r(max(pooled) if pooled else None),
+        long_requests=len(longs),
+        long_ttft_s=_r(statistics.fmean(longs) if longs else None),
+        long_ttft_p95_s=_r(percentile(longs, 95)),
+        tokens_per_s=_r(statistics.fmean(rates), 2) if rates else None,
+        routed_away_n=None if None in routed else sum(x or 0 for x in routed),
+        routed_away_frac=None
+        if None in routed or not eligible
+        else _r(sum(x or 0 for x in routed) / eligible),
+        kv_usage_p50=_r(percentile(kv, 50)),
+        kv_usage_p95=_r(percentile(kv, 95)),
+        kv_usage_max=_r(max(kv) if kv else None),
+        waiting_p95=_r(percentile([w for s in seeds for w in metrics[s].waiting], 95), 1),
+        preemptions=_r(statistics.fmean(float(r.facts["preemptions"]) for r in runs.values()), 2),
+        failed=sum(m.failed for m in metrics.values()),
+        make_room={k: _r(statistics.fmean(v), 2) for k, v in sorted(counters.items())},
+        attribution=AttributionCounts(
+            flagged_shorts=sum(len(e.shorts) for s in seeds for e in events[s]),
+            events=sum(len(events[s]) for s in seeds),
+            moved=len(moved),
+            moved_backed_live=sum(r.live_event is not None for r in moved),
+            moved_backed_baseline=sum(bool(r.baseline_events) for r in moved),
         ),
-        "short_ttft_max_s": _r(max(pooled) if pooled else None),
-        "long_requests": len(longs),
-        "long_ttft_s": _r(statistics.fmean(longs) if longs else None),
-        "long_ttft_p95_s": _r(percentile(longs, 95)),
-        "tokens_per_s": _r(statistics.fmean(rates), 2) if rates else None,
-        "routed_away_n": None if None in moved else sum(x or 0 for x in moved),
-        "routed_away_frac": None
-        if None in moved or not eligible
-        else _r(sum(x or 0 for x in moved) / eligible),
-        "kv_usage_p50": _r(percentile(kv, 50)),
-        "kv_usage_p95": _r(percentile(kv, 95)),
-        "kv_usage_max": _r(max(kv) if kv else None),
-        "waiting_p95": _r(percentile([w for s in seeds for w in metrics[s].waiting], 95), 1),
-        "preemptions": _r(statistics.fmean(float(r.facts["preemptions"]) for r in runs.values()), 2),
-        "failed": sum(m.failed for m in metrics.values()),
-        "make_room": {k: _r(statistics.fmean(v), 2) for k, v in sorted(counters.items())},
-        "attribution": {
-            "flagged_shorts": sum(len(e.shorts) for s in seeds for e in events[s]),
-            "events": sum(len(events[s]) for s in seeds),
-        },
-    }
+        vs_baseline=vs_baseline,
+        vs_round_robin=vs_preference,
+        slowdown_vs_alone=slowdown,
+    )
 
 
 def _test(part: str, mine: dict[int, RunMetrics], ref: dict[int, RunMetrics]) -> Comparison | None:
@@ -156,32 +175,25 @@ def _test(part: str, mine: dict[int, RunMetrics], ref: dict[int, RunMetrics]) ->
     return paired_over_replicates(a, [ref[s].short_ttft_p95_s or 0.0 for s in seeds])
 
 
-def _compare(
-    part: str, block: dict[str, Any], metrics: dict[str, dict[int, RunMetrics]], baseline: str
-) -> None:
-    """`p_value` etc. against the baseline; for `on` also `vs_round_robin` (the rule's own preference)."""
-    for key, m in block.items():
-        test = None if key in (baseline, ALONE) else _test(part, metrics[key], metrics.get(baseline, {}))
-        m.update(
-            p_value=_p(test.p_value) if test else None,
-            p_value_method=test.method if test else None,
-            mean_difference_s=_r(test.mean_difference_s) if test else None,
-            t=_r(test.t) if test else None,
-            n_pairs=test.n if test else 0,
-        )
-        prefer = "round-robin" if key == "on" else None
-        vs = _test(part, metrics[key], metrics[prefer]) if prefer in metrics else None
-        if vs is not None:
-            m[f"vs_{prefer}"] = {
-                "p_value": _p(vs.p_value),
-                "method": vs.method,
-                "mean_difference_s": _r(vs.mean_difference_s),
-            }
+def _vs_baseline(
+    part: str, key: str, metrics: dict[str, dict[int, RunMetrics]], baseline: str
+) -> BaselineTest:
+    """`p_value` etc. against the baseline (empty for the baseline itself and `alone`)."""
+    test = None if key in (baseline, ALONE) else _test(part, metrics[key], metrics.get(baseline, {}))
+    if test is None:
+        return BaselineTest()
+    return BaselineTest(_p(test.p_value), test.method, _r(test.mean_difference_s), _r(test.t), test.n)
+
+
+def _vs_preference(part: str, key: str, metrics: dict[str, dict[int, RunMetrics]]) -> PreferenceTest | None:
+    """For `on`: against `round-robin`, the routing the rule overrides (None for the others)."""
+    vs = _test(part, metrics[key], metrics[PREFERENCE]) if key == "on" and PREFERENCE in metrics else None
+    return None if vs is None else PreferenceTest(_p(vs.p_value), vs.method, _r(vs.mean_difference_s))
 
 
 def summarize_workload(
     name: str, grouped: Grouped, config: AttributionConfig, alone: dict[int, SavedRun] | None = None
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+) -> tuple[WorkloadResult, list[DecisionRow]]:
     """One workload's block of the summary (and its moved decisions); `alone`: the shorts run alone."""
     any_run = next(iter(next(iter(grouped.values())).values()))
     part = "trace" if any_run.facts["part"] == "trace" else "synthetic"
@@ -191,37 +203,41 @@ def summarize_workload(
         k: {s: run_metrics(r, long_by_seed.get(s)) for s, r in runs.items()} for k, runs in grouped.items()
     }
     events = {k: {s: pressure_events(r, config) for s, r in runs.items()} for k, runs in grouped.items()}
-    block = {k: _condition(part, grouped[k], metrics[k], events[k]) for k in sorted(grouped, key=_order)}
-    _compare(part, block, metrics, baseline)
     alone_metrics = {s: run_metrics(r, None) for s, r in (alone or {}).items()}
-    for key, m in block.items():
-        m["slowdown_vs_alone"] = slowdown_vs_alone(metrics[key], alone_metrics) if alone_metrics else None
     rows = decision_rows(name, grouped, events, baseline)
-    for key, m in block.items():
-        mine = [r for r in rows if r["condition"] == key]
-        m["attribution"].update(
-            moved=len(mine),
-            moved_backed_live=sum(r["live_event"] is not None for r in mine),
-            moved_backed_baseline=sum(bool(r["baseline_events"]) for r in mine),
+    block = {
+        k: _condition(
+            part,
+            grouped[k],
+            metrics[k],
+            events[k],
+            (
+                _vs_baseline(part, k, metrics, baseline),
+                _vs_preference(part, k, metrics),
+                slowdown_vs_alone(metrics[k], alone_metrics) if alone_metrics else None,
+            ),
+            [r for r in rows if r.condition == k],
         )
+        for k in sorted(grouped, key=_order)
+    }
     facts = any_run.facts
-    out = {
-        "part": part,
-        "engines": facts["engines"]
+    result = WorkloadResult(
+        part=part,
+        engines=facts["engines"]
         if part == "trace"
         else grouped[baseline][min(grouped[baseline])].facts["engines"],
-        "trace": facts.get("trace"),
-        "rate": facts.get("rate"),
-        "replay_s": facts.get("replay_s"),
-        "baseline": baseline,
-        "replicates": len(long_by_seed),
-        "long_input_tokens": {str(s): v for s, v in sorted(long_by_seed.items())},
-        "thresholds": _thresholds(grouped),
-        "thresholds_source": "calibrated" if part == "trace" else "hand-set",
-        "conditions": block,
-        "top_events": top_events(events.get(baseline, {})),
-    }
-    return out, rows
+        trace=facts.get("trace"),
+        rate=facts.get("rate"),
+        replay_s=facts.get("replay_s"),
+        baseline=baseline,
+        replicates=len(long_by_seed),
+        long_input_tokens=dict(sorted(long_by_seed.items())),
+        thresholds=_thresholds(grouped),
+        thresholds_source="calibrated" if part == "trace" else "hand-set",
+        conditions=block,
+        top_events=top_events(events.get(baseline, {})),
+    )
+    return result, rows
 
 
 LEVER_CELLS = {
@@ -232,32 +248,32 @@ LEVER_CELLS = {
 }
 
 
-def _levers(workloads: dict[str, Any]) -> dict[str, Any]:
+def _levers(workloads: dict[str, WorkloadResult]) -> dict[str, dict[str, LeverCell]]:
     """The 2x2 (routing x make-room) for each synthetic workload that ran all four cells."""
-    out: dict[str, Any] = {}
+    out: dict[str, dict[str, LeverCell]] = {}
     for name, w in workloads.items():
-        block = w["conditions"]
-        if w["part"] != "synthetic" or not all(k in block for k in LEVER_CELLS.values()):
+        block = w.conditions
+        if w.part != "synthetic" or not all(k in block for k in LEVER_CELLS.values()):
             continue
-        base = block[SYNTHETIC_BASELINE]["short_ttft_p95_s"]
+        base = block[SYNTHETIC_BASELINE].short_ttft_p95_s
         cells = {}
         for cell, key in LEVER_CELLS.items():
             m = block[key]
-            p95 = m["short_ttft_p95_s"]
-            cells[cell] = {
-                "condition": key,
-                "short_ttft_p95_s": p95,
-                "short_ttft_p95_ci": m["short_ttft_p95_ci"],
-                "reduction_s": _r(base - p95) if base is not None and p95 is not None else None,
-                "long_ttft_s": m["long_ttft_s"],
-                "tokens_per_s": m["tokens_per_s"],
-                "p_value": m["p_value"],
-            }
+            p95 = m.short_ttft_p95_s
+            cells[cell] = LeverCell(
+                condition=key,
+                short_ttft_p95_s=p95,
+                short_ttft_p95_ci=m.short_ttft_p95_ci,
+                reduction_s=_r(base - p95) if base is not None and p95 is not None else None,
+                long_ttft_s=m.long_ttft_s,
+                tokens_per_s=m.tokens_per_s,
+                p_value=m.vs_baseline.p_value,
+            )
         out[name] = cells
     return out
 
 
-def summarize(runs: list[SavedRun], config: AttributionConfig | None = None) -> dict[str, Any]:
+def summarize(runs: list[SavedRun], config: AttributionConfig | None = None) -> AdmissionSummary:
     """The whole summary from saved runs (module docstring)."""
     config = config or AttributionConfig()
     grouped: dict[str, Grouped] = defaultdict(lambda: defaultdict(dict))
@@ -265,7 +281,9 @@ def summarize(runs: list[SavedRun], config: AttributionConfig | None = None) -> 
         grouped[run.workload][run.condition][run.seed] = run
     if not grouped:
         raise ValueError("no saved runs")
-    workloads, rows, total = {}, [], 0
+    workloads: dict[str, WorkloadResult] = {}
+    rows: list[DecisionRow] = []
+    total = 0
     for name in sorted(grouped):
         alone = grouped.get(SYNTHETIC_MAIN, {}).get(ALONE)
         workloads[name], mine = summarize_workload(
@@ -275,22 +293,23 @@ def summarize(runs: list[SavedRun], config: AttributionConfig | None = None) -> 
         total += len(mine)
     facts = runs[0].facts
     attributed = any(has_occupancy(r) for r in runs if r.facts["part"] != ALONE)
-    return {
-        "version": SUMMARY_VERSION,
-        "mode": facts.get("mode", "simulated"),
-        "endpoint": facts.get("endpoint"),
-        "backends": facts.get("backends"),
-        "model": facts.get("model"),
-        "attribution_note": None
+    backends = facts.get("backends")
+    return AdmissionSummary(
+        version=SUMMARY_VERSION,
+        mode=facts.get("mode", "simulated"),
+        endpoint=facts.get("endpoint"),
+        backends=None if backends is None else tuple(backends),
+        model=facts.get("model"),
+        attribution_note=None
         if attributed
         else "not computed: the runs have no occupancy data (per-request KV holdings are visible only "
         "inside the engines, not through a gateway)",
-        "profile": runs[0].facts["profile"],
-        "short_max_tokens": SHORT_MAX_TOKENS,
-        "failed_ttft_s": FAILED_TTFT_S,
-        "attribution_config": asdict(config),
-        "workloads": workloads,
-        "levers": _levers(workloads),
-        "decisions": rows,
-        "decisions_total": total,
-    }
+        profile=runs[0].facts["profile"],
+        short_max_tokens=SHORT_MAX_TOKENS,
+        failed_ttft_s=FAILED_TTFT_S,
+        attribution_config=config,
+        workloads=workloads,
+        levers=_levers(workloads),
+        decisions=tuple(rows),
+        decisions_total=total,
+    )

@@ -170,7 +170,7 @@ def experiment_admission(
     failed: JobsFailed | None = None
     with progress_bar("admission runs", None) as advance:
         try:
-            summary = run_admission(
+            finished = run_admission(
                 out,
                 quick=quick,
                 engines=engines,
@@ -189,7 +189,7 @@ def experiment_admission(
             failed = exc
     if failed is not None:
         failed_jobs(failed)
-    typer.echo(f"report: {out / 'report.md'}  summary: {out / 'summary.json'}  ({summary['wall_s']} s)")
+    typer.echo(f"report: {out / 'report.md'}  summary: {out / 'summary.json'}  ({finished.wall_s} s)")
 
 
 @experiment_app.command("admission-endpoint")
@@ -256,12 +256,12 @@ def experiment_admission_endpoint(
     )
     with progress_bar("admission runs", None) as advance:
         try:
-            summary = run_endpoint(
+            finished = run_endpoint(
                 out, endpoint, options, seeds, windows, traces, sharegpt, on_progress=advance
             )
         except InputError as exc:
             fail(str(exc))
-    typer.echo(f"report: {out / 'report.md'}  summary: {out / 'summary.json'}  ({summary['wall_s']} s)")
+    typer.echo(f"report: {out / 'report.md'}  summary: {out / 'summary.json'}  ({finished.wall_s} s)")
 
 
 @app.command()
