@@ -11,7 +11,6 @@ address; never the token), the threshold gauges follow, and the answer is 200 wi
 from __future__ import annotations
 
 import hmac
-import json
 import time
 from typing import Any
 
@@ -21,10 +20,13 @@ from starlette.responses import JSONResponse, Response
 from flatshare.errors import InputError
 from flatshare.gateway.audit import AuditLog
 from flatshare.gateway.errors import GatewayError
+from flatshare.gateway.inbound import read_body, read_json
 from flatshare.gateway.switch import RoutingConfig, RoutingSwitch, apply_change
 from flatshare.gateway.telemetry import GatewayMetrics
 
 ROUTING_KIND = "routing"
+ADMIN_BODY_LIMIT = 64 * 1024
+"""The most an admin route reads of a body (its bodies are a few keys)."""
 
 
 def routing_json(config: RoutingConfig, admin: bool) -> dict[str, Any]:
@@ -85,11 +87,8 @@ class RoutingRoutes:
                 "AuthenticationError",
                 headers={"WWW-Authenticate": "Bearer"},
             )
-        raw = await request.body()
-        try:
-            body = json.loads(raw) if raw.strip() else {}
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise GatewayError(400, f"PUT /gateway/routing: not valid JSON ({exc})", "bad_json") from None
+        raw = await read_body(request, ADMIN_BODY_LIMIT)
+        body = read_json(raw, "PUT /gateway/routing") if raw.strip() else {}
         before = self.switch.current.config
         try:
             after = apply_change(before, body)

@@ -5,7 +5,7 @@ Routes: `POST /v1/completions`, `POST /v1/chat/completions` (proxied, `proxy.py`
 503), `GET /metrics` (the gateway's own, `metrics.py`), `GET /gateway/backends` (every backend's
 snapshot as JSON, for operators), `GET` and `PUT /gateway/routing` (the routing in force; switching it
 needs the admin token, `admin.py`), `POST /gateway/events` (signals for a baseline, admin token,
-`events.py`).
+`events.py`). Who may read which: `access.py` (docs/gateway.md, "Security model").
 
 The lifespan warns when the gateway runs open, starts one poller per backend and waits for their first
 round (at most about three poll timeouts) so the first requests see real readings, then stops them and closes
@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from flatshare.gateway.access import Access, Reader
 from flatshare.gateway.admin import RoutingRoutes
 from flatshare.gateway.audit import AuditLog, backend_fields
 from flatshare.gateway.backends import BackendPool
@@ -35,13 +36,14 @@ from flatshare.gateway.baselines import make_gate
 from flatshare.gateway.config import GatewayConfig
 from flatshare.gateway.events import EventRoute
 from flatshare.gateway.gating import GateKeeper
+from flatshare.gateway.inbound import ClientGone
 from flatshare.gateway.input_count import TokenCounter
 from flatshare.gateway.membership import Membership
 from flatshare.gateway.proxy import Proxy, ProxyParts
 from flatshare.gateway.switch import RoutingConfig, RoutingSwitch
 from flatshare.gateway.telemetry import CONTENT_TYPE, GatewayMetrics
 from flatshare.gateway.tenants import Tenants
-from flatshare.gateway.upstream import make_upstream, resolve_client
+from flatshare.gateway.upstream import auth_headers, make_upstream, resolve_client
 
 log = logging.getLogger("flatshare.gateway")
 
@@ -96,6 +98,7 @@ def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monot
         config.connect_timeout_s,
         config.upstream_timeout_s,
         config.max_upstream_connections,
+        auth_headers(config.backend_api_key),
     )
     keeper = (
         GateKeeper(make_gate(config.baseline, config.baseline_settings), pool, clock)
@@ -104,13 +107,15 @@ def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monot
     )
     if keeper is not None:
         metrics.watch_baseline(keeper.name, lambda: keeper.gate.counters, keeper.held)
+    tenants = Tenants(config)
+    access = Access(config, tenants, metrics)
     parts = ProxyParts(
         config=config,
         pool=pool,
         routing=switch,
         metrics=metrics,
         audit=audit,
-        tenants=Tenants(config),
+        tenants=tenants,
         counter=TokenCounter(config.tokens, upstream),
         upstream=upstream,
         clock=clock,
@@ -179,11 +184,11 @@ def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monot
     }
     routes = [Route(path, proxy, methods=["POST"]) for path, proxy in proxies.items()]  # 405 for GET
     routes += [
-        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models", access.guard(Reader.TENANT, models), methods=["GET"]),
         Route("/health", health, methods=["GET"]),
-        Route("/metrics", metrics_page, methods=["GET"]),
-        Route("/gateway/backends", backends, methods=["GET"]),
-        Route("/gateway/routing", routing.get, methods=["GET"]),
+        Route("/metrics", access.guard(Reader.METRICS, metrics_page), methods=["GET"]),
+        Route("/gateway/backends", access.guard(Reader.STATUS, backends), methods=["GET"]),
+        Route("/gateway/routing", access.guard(Reader.STATUS, routing.get), methods=["GET"]),
         Route("/gateway/routing", routing.put, methods=["PUT"]),
         Route("/gateway/events", EventRoute(keeper, config.admin_token, metrics).post, methods=["POST"]),
     ]
@@ -205,7 +210,14 @@ class FastPaths:
             if handler is not None:
                 await handler(scope, receive, send)
                 return
-        await self.fallback(scope, receive, send)
+        try:
+            await self.fallback(scope, receive, send)
+        except ClientGone:
+            log.info("client went away while sending its body to %s", scope.get("path"))
+        except Exception as exc:  # Starlette has answered 500: one line instead of uvicorn's traceback
+            if scope["type"] != "http":
+                raise
+            log.error("internal error on %s: %s: %s", scope.get("path"), type(exc).__name__, exc)
 
 
 async def _flush_every(audit: AuditLog, period_s: float) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from flatshare.errors import InputError
 from flatshare.gateway.input_count import TokenCount
 from flatshare.gateway.routing import BackendSnapshot, RoutingDecision, Thresholds
 from flatshare.gateway.tenants import Admission
@@ -92,12 +93,18 @@ class AuditLog:
     FLUSH_LINES = 1000
 
     def __init__(self, path: str | Path | None) -> None:
+        """Opens `path` for appending (its folders made as needed); InputError when that fails."""
         self.path = Path(path) if path else None
         self._file: IO[str] | None = None
         self._pending: list[dict[str, Any]] = []
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("a", encoding="utf-8")
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = self.path.open("a", encoding="utf-8")
+            except OSError as exc:
+                raise InputError(
+                    f"audit_log {self.path}: cannot append to it ({exc.strerror or exc})"
+                ) from exc
 
     def write(self, record: dict[str, Any]) -> None:
         if self._file is not None:

@@ -115,6 +115,8 @@ class TenantConfig:
             raise ValueError(f"tenant name {self.name!r}: use 1-32 of a-z 0-9 _ -")
         if not self.api_keys or any(len(key) < 8 for key in self.api_keys):
             raise ValueError(f"tenant {self.name}: give api_keys, each at least 8 characters")
+        for i, key in enumerate(self.api_keys):
+            _check_secret(f"tenant {self.name}: api_keys[{i}]", key)
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,10 @@ class GatewayConfig:
     baseline_settings: dict[str, float | str] = field(default_factory=dict)
     discover: tuple[DiscoveryConfig, ...] = ()
     """DNS names whose addresses are backends too, followed while the gateway runs (discovery.py)."""
+    expose_metrics: bool = False
+    """With tenants: let anyone read /metrics (a Prometheus scrape without a token; access.py)."""
+    expose_status: bool = False
+    """With tenants: let anyone read /metrics, /gateway/backends and GET /gateway/routing (access.py)."""
 
     def __post_init__(self) -> None:
         if not self.backends and not self.discover:
@@ -173,6 +179,10 @@ class GatewayConfig:
             raise ValueError(
                 "admin_token must be at least 16 printable characters (or empty: admin routes off)"
             )
+        if self.admin_token:
+            _check_secret("admin_token", self.admin_token)
+        if self.backend_api_key:
+            _check_secret("backend_api_key", self.backend_api_key)
         if self.drain_timeout_s < 0 or self.retry_after_s < 0:
             raise ValueError("drain_timeout_s and retry_after_s must be >= 0")
         if self.baseline:
@@ -184,6 +194,14 @@ class GatewayConfig:
     def open(self) -> bool:
         """No tenants: any client may call, with any priority."""
         return not self.tenants
+
+
+def _check_secret(what: str, value: str) -> None:
+    """A key or token a client must send in `Authorization: Bearer <value>`: printable ASCII without
+    spaces, since a header value loses its surrounding whitespace and such a key could never match.
+    The message never shows the value."""
+    if not value or not all("!" <= c <= "~" for c in value):
+        raise ValueError(f"{what} must be printable ASCII without spaces or surrounding whitespace")
 
 
 def _unique(what: str, values: list[str], secret: bool = False) -> None:

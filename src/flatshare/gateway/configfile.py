@@ -17,8 +17,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from flatshare import jsonin
 from flatshare.errors import InputError
 from flatshare.gateway.config import GatewayConfig, ThresholdConfig
+
+CONFIG_SUFFIXES = (".toml", ".json")
 
 
 def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -> GatewayConfig:
@@ -30,18 +33,27 @@ def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = 
 
 
 def read_mapping(path: Path) -> dict[str, Any]:
-    """The raw table of a `.toml` or `.json` file."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
-    try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: not valid {path.suffix.lstrip('.').upper() or 'JSON'} ({exc})") from exc
+    """The raw table of a `.toml` or `.json` file (UTF-8; JSON within `flatshare.jsonin`'s limits). Any
+    other suffix is refused, YAML with a hint: the gateway reads TOML and JSON only."""
+    _check_suffix(path)
+    text = jsonin.read_text(path)
+    if path.suffix == ".json":
+        data = jsonin.loads(text, str(path))
+    else:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(f"{path}: not valid TOML ({exc})") from exc
     if not isinstance(data, dict):
         raise InputError(f"{path}: must hold a table (an object)")
     return data
+
+
+def _check_suffix(path: Path) -> None:
+    if path.suffix not in CONFIG_SUFFIXES:
+        hint = " (YAML is not read: write the same keys as TOML)" if path.suffix in (".yaml", ".yml") else ""
+        shown = repr(path.suffix) if path.suffix else "no suffix"
+        raise InputError(f"{path}: a config file must be .toml or .json, not {shown}{hint}")
 
 
 def build(cls: type[Any], data: Any, where: str, path: str = "") -> Any:
@@ -124,6 +136,7 @@ def save_thresholds(path: Path, thresholds: ThresholdConfig) -> None:
     JSON files are rewritten whole. TOML files keep every line outside the `[thresholds]` table
     (comments too); the table is replaced, or appended when missing. The file must exist.
     """
+    _check_suffix(path)
     values = dataclasses.asdict(thresholds)
     if path.suffix == ".toml":
         text = path.read_text() if path.exists() else ""

@@ -61,7 +61,7 @@ class DiscoveryConfig:
         if host.count(":") == 1 or host.startswith("["):  # host:port or [v6]:port
             host, _, text = host.rpartition(":")
             host = host.strip("[]")
-            if not text.isdigit() or not 1 <= int(text) <= 65535:
+            if not (text.isascii() and text.isdigit() and len(text) <= 5) or not 1 <= int(text) <= 65535:
                 raise ValueError(f"discover.nameserver port must lie in 1..65535, got {self.nameserver!r}")
             port = int(text)
         try:

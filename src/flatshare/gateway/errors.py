@@ -20,6 +20,8 @@ ERROR_KINDS = (
     "upstream_status",
     "upstream_midstream",
     "tokenize",
+    "shutdown",
+    "internal",
 )
 
 

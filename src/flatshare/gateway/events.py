@@ -10,15 +10,14 @@ by the request header `X-Flatshare-Session`). A bad body: 400 naming the problem
 
 from __future__ import annotations
 
-import json
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from flatshare.gateway.admin import authorized
+from flatshare.gateway.admin import ADMIN_BODY_LIMIT, authorized
 from flatshare.gateway.baselines.core import GateEvent
 from flatshare.gateway.errors import GatewayError
 from flatshare.gateway.gating import GateKeeper
+from flatshare.gateway.inbound import read_body, read_json
 from flatshare.gateway.telemetry import GatewayMetrics
 
 
@@ -54,10 +53,7 @@ class EventRoute:
                 "AuthenticationError",
                 headers={"WWW-Authenticate": "Bearer"},
             )
-        try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise GatewayError(400, f"POST /gateway/events: not valid JSON ({exc})", "bad_json") from None
+        body = read_json(await read_body(request, ADMIN_BODY_LIMIT), "POST /gateway/events")
         if not isinstance(body, dict):
             raise GatewayError(400, "POST /gateway/events: the body must be a JSON object", "bad_json")
         unknown = sorted(set(body) - {"kind", "session", "backend"})

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
@@ -36,7 +37,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from flatshare.gateway.audit import AuditLog, decision_record
 from flatshare.gateway.backends import BackendPool, BackendState
@@ -44,19 +45,21 @@ from flatshare.gateway.baselines.core import GateRequest
 from flatshare.gateway.config import GatewayConfig
 from flatshare.gateway.errors import GatewayError
 from flatshare.gateway.gating import GateKeeper
-from flatshare.gateway.inbound import Inbound, parse_inbound, read_body
+from flatshare.gateway.inbound import ClientGone, Inbound, ascii_count, parse_inbound, read_body
 from flatshare.gateway.input_count import TokenCount, TokenCounter
 from flatshare.gateway.relay import response_headers, send_stream, send_whole
 from flatshare.gateway.routing import RequestFeatures, RoutingDecision
-from flatshare.gateway.sse import EventFramer, carries_token
+from flatshare.gateway.sse import DONE, EventFramer, carries_token
 from flatshare.gateway.switch import RoutingSwitch
 from flatshare.gateway.telemetry import NO_BACKEND, GatewayMetrics
 from flatshare.gateway.tenants import Admission, Tenants
 from flatshare.gateway.upstream import Upstream, UpstreamError, UpstreamResponse
 
+log = logging.getLogger("flatshare.gateway")
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
 SESSION_HEADER = "x-flatshare-session"
 FIRST_SENTENCE_HEADER = "x-flatshare-first-sentence-tokens"
+MAX_FIRST_SENTENCE_TOKENS = 1_000_000  # larger (or not ASCII digits): the header is ignored
 
 
 @dataclass(frozen=True)
@@ -98,19 +101,57 @@ class Proxy:
         self._sequence = sequence
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Every outcome is counted in `responses_total` (and a refusal in `errors_total`): a refusal is
+        its JSON error; a client leaving is 499 (nothing sent); the server cutting the request at its
+        drain timeout ends it as a dead backend would (`_cut`); an unexpected exception (the gateway's
+        own bug, never a client's input) is a 500 and one log line."""
         metrics = self.parts.metrics
         metrics.in_flight.inc()
+        watched = _Watched(send)
+        job: Job | None = None
         try:
             request = Request(scope, receive)
             job = await self._admit(request)
-            status = await _unless_client_leaves(self._forward(job, send), receive)
+            status = await _unless_client_leaves(self._forward(job, watched), receive)
         except GatewayError as exc:
             metrics.error(exc.kind)
             status = exc.status
-            await JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)(scope, receive, send)
+            await _refuse(exc, scope, receive, watched)
+        except ClientGone:
+            log.info("client %s went away while sending its body", _client(scope))
+            status = CLIENT_GONE
+        except asyncio.CancelledError:  # the server stopped waiting: its drain timeout ran out
+            status = await self._cut(job, scope, receive, watched)
+        except Exception as exc:
+            log.error("internal error on %s: %s: %s", scope.get("path"), type(exc).__name__, exc)
+            metrics.error("internal")
+            status = 500
+            internal = GatewayError(500, "internal gateway error", "internal", "InternalServerError")
+            await _refuse(internal, scope, receive, watched)
         finally:
             metrics.in_flight.dec()
         metrics.response(status)
+
+    async def _cut(self, job: Job | None, scope: Scope, receive: Receive, watched: _Watched) -> int:
+        """End a request the drain timeout cut: a started stream gets an error event and `[DONE]`, an
+        unanswered request a 503; one log line each. Its status (200 once a stream had started)."""
+        what = f"request {job.features.request_id}" if job is not None else f"a request from {_client(scope)}"
+        log.warning("drain timeout: cut %s (the gateway is shutting down)", what)
+        self.parts.metrics.error("shutdown")
+        error = GatewayError(
+            503,
+            "the gateway is shutting down and its drain timeout cut this request; retry",
+            "shutdown",
+            "ServiceUnavailableError",
+            headers={"Retry-After": str(self.parts.config.retry_after_s)},
+        )
+        if watched.status is None:
+            await _refuse(error, scope, receive, watched)
+            return error.status
+        if not watched.ended:
+            body = error.sse_event() + DONE if watched.streaming else b""
+            await watched({"type": "http.response.body", "body": body, "more_body": False})
+        return watched.status
 
     # -- admission ---------------------------------------------------------------------------------------
     async def _admit(self, request: Request) -> Job:
@@ -136,8 +177,8 @@ class Proxy:
             max_tokens if isinstance(max_tokens, int) else None,
         )
         session = request.headers.get(SESSION_HEADER) or None
-        sentence = request.headers.get(FIRST_SENTENCE_HEADER, "")
-        first_sentence = int(sentence) if sentence.isdigit() and int(sentence) > 0 else None
+        sentence = ascii_count(request.headers.get(FIRST_SENTENCE_HEADER), MAX_FIRST_SENTENCE_TOKENS)
+        first_sentence = sentence if sentence and sentence <= MAX_FIRST_SENTENCE_TOKENS else None
         payload = _payload(inbound, admission)
         return Job(inbound, admission, count, features, payload, session, first_sentence)
 
@@ -245,10 +286,8 @@ class Proxy:
         return "/v1/chat/completions" if self.chat else "/v1/completions"
 
     def _headers(self, job: Job) -> dict[str, str]:
-        headers = {"content-type": "application/json", "x-request-id": job.features.request_id}
-        if self.parts.config.backend_api_key:
-            headers["authorization"] = f"Bearer {self.parts.config.backend_api_key}"
-        return headers
+        # the backend's API key goes with every request the upstream client sends (upstream.auth_headers)
+        return {"content-type": "application/json", "x-request-id": job.features.request_id}
 
     def _decide(self, job: Job, tried: frozenset[str], attempt: int) -> tuple[BackendState, RoutingDecision]:
         parts = self.parts
@@ -386,6 +425,7 @@ async def _unless_client_leaves(forward: Coroutine[Any, Any, int], receive: Rece
         await asyncio.wait((work, gone), return_when=asyncio.FIRST_COMPLETED)
     except BaseException:  # this handler itself cancelled (a shutdown that stopped waiting)
         work.cancel()
+        await asyncio.wait((work,))  # its relay has stopped sending before the caller ends the response
         raise
     finally:
         gone.cancel()
@@ -400,6 +440,42 @@ async def _unless_client_leaves(forward: Coroutine[Any, Any, int], receive: Rece
 async def _disconnected(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+class _Watched:
+    """The ASGI `send` of one request, remembering how far its response got."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.status: int | None = None
+        self.streaming = False
+        self.ended = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            self.streaming = any(
+                k.lower() == b"content-type" and v.startswith(b"text/event-stream")
+                for k, v in message["headers"]
+            )
+        elif message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.ended = True
+        await self._send(message)
+
+
+async def _refuse(error: GatewayError, scope: Scope, receive: Receive, send: _Watched) -> None:
+    """Answer `error` as JSON, unless a response has begun (then end it as it is)."""
+    if send.status is None:
+        await JSONResponse(error.body(), status_code=error.status, headers=error.headers)(
+            scope, receive, send
+        )
+    elif not send.ended:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _client(scope: Scope) -> str:
+    client = scope.get("client")
+    return f"{client[0]}:{client[1]}" if client else "unknown"
 
 
 def _payload(inbound: Inbound, admission: Admission) -> bytes:

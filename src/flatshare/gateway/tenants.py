@@ -13,6 +13,7 @@ start-up).
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -44,14 +45,30 @@ class Tenants:
     def __init__(self, config: GatewayConfig) -> None:
         self.open = config.open
         self.classes = dict(config.classes)
-        self._by_key: dict[str, TenantConfig] = {key: t for t in config.tenants for key in t.api_keys}
+        self._keys: list[tuple[bytes, TenantConfig]] = [
+            (key.encode(), t) for t in config.tenants for key in t.api_keys
+        ]
+
+    def _match(self, authorization: str | None) -> TenantConfig | None:
+        """The tenant whose key `authorization` bears: compared with every key in constant time (no
+        early exit, no dict lookup), so the answer's timing tells nothing about the keys."""
+        scheme, _, given = (authorization or "").partition(" ")
+        key = given.strip().encode("utf-8", "replace")
+        found: TenantConfig | None = None
+        for candidate, tenant in self._keys:
+            if hmac.compare_digest(key, candidate) and scheme.lower() == "bearer":
+                found = tenant
+        return found
+
+    def known(self, authorization: str | None) -> bool:
+        """Whether `authorization` bears a tenant's key."""
+        return self._match(authorization) is not None
 
     def tenant(self, authorization: str | None) -> TenantConfig | None:
         """The calling tenant (None when open); 401 without a known key."""
         if self.open:
             return None
-        scheme, _, key = (authorization or "").partition(" ")
-        tenant = self._by_key.get(key.strip()) if scheme.lower() == "bearer" else None
+        tenant = self._match(authorization)
         if tenant is None:
             raise GatewayError(
                 401,

@@ -9,7 +9,9 @@ Two implementations, chosen by the config key `upstream_client`:
   streams per second at most.
 - `auto` (default): `native` when `httptools` can be imported (it comes with `uvicorn[standard]` and
   vLLM) and every backend is `http://`, else `httpx`.
-Both keep connections alive, pass bytes through undecoded, bound connecting by `connect_timeout_s` and
+Both send `default_headers` with every request (`Authorization: Bearer <backend_api_key>`, `auth_headers`:
+polls, model discovery, /tokenize and proxied requests alike), keep connections alive, pass bytes through
+undecoded, bound connecting by `connect_timeout_s` and
 each wait for data by `upstream_timeout_s`, and raise `UpstreamError` (with `refused` for a connection
 that could not be opened) for every transport failure, before or during the response.
 """
@@ -17,7 +19,7 @@ that could not be opened) for every transport failure, before or during the resp
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Protocol
 
 import httpx
@@ -66,14 +68,24 @@ def resolve_client(kind: str, urls: Iterable[str] = ()) -> str:
     return "native" if plain and importlib.util.find_spec("httptools") is not None else "httpx"
 
 
+def auth_headers(backend_api_key: str) -> dict[str, str]:
+    """The headers every request to a backend carries: its API key as a bearer token, when set."""
+    return {"authorization": f"Bearer {backend_api_key}"} if backend_api_key else {}
+
+
 def make_upstream(
-    kind: str, urls: Iterable[str], connect_timeout_s: float, read_timeout_s: float, max_connections: int
+    kind: str,
+    urls: Iterable[str],
+    connect_timeout_s: float,
+    read_timeout_s: float,
+    max_connections: int,
+    default_headers: Mapping[str, str] | None = None,
 ) -> Upstream:
     if resolve_client(kind, urls) == "native":
         from flatshare.gateway.upstream_native import NativeUpstream
 
-        return NativeUpstream(connect_timeout_s, read_timeout_s, max_connections)
-    return HttpxUpstream(connect_timeout_s, read_timeout_s, max_connections)
+        return NativeUpstream(connect_timeout_s, read_timeout_s, max_connections, default_headers)
+    return HttpxUpstream(connect_timeout_s, read_timeout_s, max_connections, default_headers)
 
 
 # -- httpx ------------------------------------------------------------------------------------------------
@@ -103,10 +115,16 @@ class _HttpxResponse:
 class HttpxUpstream:
     name = "httpx"
 
-    def __init__(self, connect_timeout_s: float, read_timeout_s: float, max_connections: int) -> None:
+    def __init__(
+        self,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+        max_connections: int,
+        default_headers: Mapping[str, str] | None = None,
+    ) -> None:
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=256)
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
-        self._client = httpx.AsyncClient(limits=limits, timeout=timeout)
+        self._client = httpx.AsyncClient(limits=limits, timeout=timeout, headers=dict(default_headers or {}))
 
     async def start(self) -> None:
         return None

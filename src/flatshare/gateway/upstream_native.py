@@ -20,7 +20,7 @@ import asyncio
 import json
 import typing
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from functools import lru_cache
 from urllib.parse import urlsplit
 
@@ -188,7 +188,14 @@ class NativeUpstream:
 
     name = "native"
 
-    def __init__(self, connect_timeout_s: float, read_timeout_s: float, max_connections: int) -> None:
+    def __init__(
+        self,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+        max_connections: int,
+        default_headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self._default_lines = [f"{k}: {v}" for k, v in (default_headers or {}).items()]
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self.max_connections = max_connections
@@ -226,6 +233,7 @@ class NativeUpstream:
     ) -> _NativeResponse:
         host, port, path = _split(url)
         lines = [f"{method} {path} HTTP/1.1", f"host: {host}:{port}", "user-agent: flatshare-gateway"]
+        lines += self._default_lines
         lines += [f"{k}: {v}" for k, v in headers.items()]
         if body is not None:
             lines.append(f"content-length: {len(body)}")
