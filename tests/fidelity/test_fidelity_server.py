@@ -63,6 +63,9 @@ def _server(model: Path, make_room: bool) -> VllmServerConfig:
         max_num_seqs=SEQS,
         scheduling_policy="priority",
         startup_timeout_s=240.0,
+        # On two cores vLLM's engine core and worker can starve its API server (make-room's server test
+        # saw it in CI); a calibration probe then failed to connect within 10 s, twice in a row here.
+        engine_niceness=10,
         **extra,  # type: ignore[arg-type]
     )
 

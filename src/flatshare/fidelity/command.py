@@ -128,7 +128,10 @@ async def _calibrate(
             kv = await check_kv(client, info, plan)
             probes = await run_probes(client, info, plan, on_progress)
         except (httpx.HTTPError, RuntimeError) as exc:
-            raise InputError(f"calibration against {info.url} failed: {exc}") from exc
+            # httpx's timeouts carry no message: name the exception so the error says what happened
+            raise InputError(
+                f"calibration against {info.url} failed: {type(exc).__name__} {exc}".rstrip()
+            ) from exc
     return info, probes, kv
 
 
