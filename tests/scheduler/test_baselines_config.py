@@ -99,3 +99,60 @@ def test_the_additional_config_option_is_checked_for_the_chosen_scheduler() -> N
 def test_make_rooms_own_settings_are_checked_as_well() -> None:
     with pytest.raises(InputError, match=r"make_room: unknown key\(s\) \['window'\]"):
         EngineOptions(scheduler="make-room", make_room='{"window": 4}').build()
+
+
+# Each engine-side baseline as make-room builds itself: (alias, its additional_config key, the class
+# path's module, the error its settings raise, the async class's name).
+BASELINES = [
+    ("reserve", "reserve", "flatshare.scheduler.reserve", ReserveConfigError, "AsyncReserveScheduler"),
+    (
+        "sglang-preempt",
+        "sglang_preempt",
+        "flatshare.scheduler.sglang_preempt",
+        SglangPreemptConfigError,
+        "AsyncSglangPreemptScheduler",
+    ),
+]
+
+
+def _engine_config(alias: str, key: str, **settings: object) -> EngineConfig:
+    return EngineConfig(scheduler=alias, additional_config={key: {"enabled": True, **settings}})
+
+
+@pytest.mark.parametrize(("alias", "key", "module", "error", "async_name"), BASELINES)
+def test_an_untested_vllm_version_is_refused_unless_allowed(
+    monkeypatch: pytest.MonkeyPatch,
+    alias: str,
+    key: str,
+    module: str,
+    error: type[Exception],
+    async_name: str,
+) -> None:
+    import importlib
+
+    from flatshare.sim.engine import SimEngine
+    from flatshare.sim.profile import load_profile
+
+    monkeypatch.delenv("FLATSHARE_ALLOW_UNTESTED_VLLM", raising=False)
+    monkeypatch.setattr(importlib.import_module(module), "installed_vllm_version", lambda: "0.29.1")
+    with pytest.raises(error, match=rf"{alias} is tested with vLLM .* not 0\.29\.1"):
+        SimEngine(_engine_config(alias, key), load_profile())
+    SimEngine(_engine_config(alias, key, allow_untested_vllm=True), load_profile())
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+@pytest.mark.parametrize(("alias", "key", "module", "error", "async_name"), BASELINES)
+def test_the_one_class_name_follows_vllms_scheduling_mode(
+    async_scheduling: bool, alias: str, key: str, module: str, error: type[Exception], async_name: str
+) -> None:
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+    import flatshare.scheduler
+    from flatshare.sim.engine import SimEngine
+    from flatshare.sim.profile import load_profile
+
+    config = dataclasses.replace(_engine_config(alias, key), async_scheduling=async_scheduling)
+    scheduler = SimEngine(config, load_profile()).scheduler
+    assert isinstance(scheduler, getattr(flatshare.scheduler, SCHEDULER_ALIASES[alias].rsplit(".", 1)[1]))
+    assert isinstance(scheduler, AsyncScheduler) == async_scheduling
+    assert isinstance(scheduler, getattr(flatshare.scheduler, async_name)) == async_scheduling

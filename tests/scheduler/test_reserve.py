@@ -114,28 +114,6 @@ def test_invalid_settings_fail_at_start_up() -> None:
         SimEngine(EngineConfig(**reserve(blocks=4)), load_profile())  # type: ignore[arg-type]
 
 
-def test_an_untested_vllm_version_is_refused_unless_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
-    import flatshare.scheduler.reserve as module
-
-    monkeypatch.delenv("FLATSHARE_ALLOW_UNTESTED_VLLM", raising=False)
-    monkeypatch.setattr(module, "installed_vllm_version", lambda: "0.29.1")
-    with pytest.raises(ReserveConfigError, match=r"reserve is tested with vLLM .* not 0\.29\.1"):
-        SimEngine(EngineConfig(**reserve()), load_profile())  # type: ignore[arg-type]
-    SimEngine(EngineConfig(**reserve(allow_untested_vllm=True)), load_profile())  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize("async_scheduling", [False, True])
-def test_the_one_class_name_follows_vllms_scheduling_mode(async_scheduling: bool) -> None:
-    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-
-    from flatshare.scheduler import AsyncReserveScheduler, ReserveScheduler
-
-    engine = SimEngine(EngineConfig(async_scheduling=async_scheduling, **reserve()), load_profile())  # type: ignore[arg-type]
-    assert isinstance(engine.scheduler, ReserveScheduler)
-    assert isinstance(engine.scheduler, AsyncScheduler) == async_scheduling
-    assert isinstance(engine.scheduler, AsyncReserveScheduler) == async_scheduling
-
-
 def test_async_reserve_keeps_the_voice_turn_fast() -> None:
     agents = [req(f"agent{i}", 0.0, 16000, 1500, priority=10) for i in range(2)]
     requests: list[SimRequest] = [*agents, req("voice", 8.0, 600, 40, priority=0)]

@@ -167,28 +167,6 @@ def test_invalid_settings_fail_at_start_up() -> None:
         SimEngine(EngineConfig(**sglang(max_victims=2)), load_profile())  # type: ignore[arg-type]
 
 
-def test_an_untested_vllm_version_is_refused_unless_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
-    import flatshare.scheduler.sglang_preempt as module
-
-    monkeypatch.delenv("FLATSHARE_ALLOW_UNTESTED_VLLM", raising=False)
-    monkeypatch.setattr(module, "installed_vllm_version", lambda: "0.29.1")
-    with pytest.raises(SglangPreemptConfigError, match=r"sglang-preempt is tested with vLLM .* not 0\.29\.1"):
-        SimEngine(EngineConfig(**sglang()), load_profile())  # type: ignore[arg-type]
-    SimEngine(EngineConfig(**sglang(allow_untested_vllm=True)), load_profile())  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize("async_scheduling", [False, True])
-def test_the_one_class_name_follows_vllms_scheduling_mode(async_scheduling: bool) -> None:
-    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-
-    from flatshare.scheduler import AsyncSglangPreemptScheduler, SglangPreemptScheduler
-
-    engine = SimEngine(EngineConfig(async_scheduling=async_scheduling, **sglang()), load_profile())  # type: ignore[arg-type]
-    assert isinstance(engine.scheduler, SglangPreemptScheduler)
-    assert isinstance(engine.scheduler, AsyncScheduler) == async_scheduling
-    assert isinstance(engine.scheduler, AsyncSglangPreemptScheduler) == async_scheduling
-
-
 def test_async_sglang_preempt_makes_room_for_the_voice_turn() -> None:
     stock = by_id(run(agents_and_voice(), kv_tokens=FULL_KV, async_scheduling=True))["voice"]
     result = run(agents_and_voice(), kv_tokens=FULL_KV, async_scheduling=True, **sglang(threshold=5))
