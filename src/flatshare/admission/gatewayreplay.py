@@ -8,7 +8,6 @@ routing headers (`gatewaydecisions`), the preemptions summed over the backends, 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from flatshare.admission.cluster import DecisionRecord
 from flatshare.admission.endpointplan import EndpointPlan
 from flatshare.admission.gatewayclient import BackendPoller, wait_idle
 from flatshare.admission.gatewaydecisions import decisions_from
+from flatshare.aiotasks import cancel
 from flatshare.replay.endpoints import Endpoint
 from flatshare.replay.ledger import Ledger
 from flatshare.replay.records import ReplayRecord
@@ -68,9 +68,7 @@ async def replay_through(
     try:
         await run_wallclock(workload, [endpoint], ledger, options, on_response=on_response)
     finally:
-        polling.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await polling
+        await cancel(polling)
     t0 = ledger.clock.t0
     samples = [
         {"engine": r["engine"], "t": round(r["perf_s"] - t0, 6)}

@@ -17,11 +17,11 @@ whose client disconnects) and reports `aborted`, or, if the chunk came first, `f
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Callable
 
+from flatshare.aiotasks import cancel
 from flatshare.gateway.backends import BackendPool
 from flatshare.gateway.baselines.core import BackendLoad, Gate, GateEvent, GateRequest
 
@@ -50,11 +50,8 @@ class GateKeeper:
         self._task = asyncio.create_task(self._tick(), name="baseline-gate")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await cancel(task)
 
     async def _tick(self) -> None:
         while True:

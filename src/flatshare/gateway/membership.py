@@ -22,7 +22,6 @@ where they came from: `static` or the DNS name), `flatshare_gateway_discovery_er
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -33,6 +32,7 @@ from dns.asyncresolver import Resolver
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from flatshare.aiotasks import cancel
 from flatshare.gateway.audit import AuditLog
 from flatshare.gateway.backends import BackendPool, BackendState
 from flatshare.gateway.config import BackendConfig
@@ -82,11 +82,8 @@ class Membership:
         self._tasks = [asyncio.create_task(self._follow(d), name=f"discover-{d.name}") for d in discoveries]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
+        tasks, self._tasks = self._tasks, []
+        await cancel(*tasks)
         for poller in self.pollers.values():
             await poller.stop()
         self.pollers.clear()

@@ -9,12 +9,12 @@ Results go into the backend's `BackendState` (health rules there).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
 from collections.abc import Callable
 
+from flatshare.aiotasks import cancel
 from flatshare.gateway.backends import BackendState
 from flatshare.gateway.scrape import ScrapeError, parse_metrics
 from flatshare.gateway.upstream import Upstream, UpstreamError
@@ -100,11 +100,8 @@ class Poller:
         self._task = asyncio.create_task(self.run(), name=f"poll-{self.state.name}")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await cancel(task)
 
 
 def _body(answer: tuple[int, bytes], what: str) -> bytes:

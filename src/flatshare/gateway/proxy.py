@@ -39,6 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 
+from flatshare.aiotasks import cancel
 from flatshare.gateway.audit import AuditLog, decision_record
 from flatshare.gateway.backends import BackendPool, BackendState
 from flatshare.gateway.baselines.core import GateRequest
@@ -431,9 +432,7 @@ async def _unless_client_leaves(forward: Coroutine[Any, Any, int], receive: Rece
         gone.cancel()
     if work.done():
         return work.result()
-    work.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await work
+    await cancel(work)
     return CLIENT_GONE
 
 

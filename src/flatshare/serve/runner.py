@@ -12,7 +12,6 @@ caught up, and `max_lag_s` says by how much it ran late.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import uuid
@@ -20,6 +19,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from flatshare.aiotasks import cancel
 from flatshare.serve.abort import abort_request
 from flatshare.sim.engine import SimEngine, StepReport
 from flatshare.sim.requests import SimRequest
@@ -102,11 +102,8 @@ class WallClockRunner:
         self._task = asyncio.create_task(self._run(), name="flatshare-sim-runner")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await cancel(task)
 
     def virtual_now(self) -> float:
         return (asyncio.get_running_loop().time() - self._t0) * self.speed
