@@ -82,3 +82,46 @@ def test_the_packages_do_not_import_the_cli() -> None:
         "assert 'vllm' not in sys.modules, 'vllm imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def _engine_seen(*, own: tuple[str, ...] = ()) -> tuple[typer.Typer, list[EngineOptions]]:
+    """A one-command app whose command records the `engine` it was called with."""
+    from flatshare.cli.engine_options import with_engine_options
+
+    seen: list[EngineOptions] = []
+    probe = typer.Typer()
+
+    @probe.command()
+    @with_engine_options(own=own)
+    def run(label: str = "x", max_model_len: int = 7, *, engine: EngineOptions) -> None:
+        seen.append(engine)
+        typer.echo(f"{label} {max_model_len}")
+
+    return probe, seen
+
+
+def test_every_engine_option_reaches_the_commands_engine() -> None:
+    probe, seen = _engine_seen(own=("max_model_len",))
+    args = ["--scheduler", "make-room", "--policy", "fcfs", "--profile", "p.json", "--kv-tokens", "4096",
+            "--max-num-batched-tokens", "256", "--max-num-seqs", "8", "--max-model-len", "2048",
+            "--block-size", "32", "--cpu-tier-tokens", "1024", "--make-room", '{"enabled": true}',
+            "--additional-config", "{}", "--label", "y"]  # fmt: skip
+    result = runner.invoke(probe, args)
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "y 2048"  # an own option stays the command's
+    assert seen == [
+        EngineOptions(scheduler="make-room", policy="fcfs", profile="p.json", kv_tokens=4096,
+                      max_num_batched_tokens=256, max_num_seqs=8, max_model_len=0, block_size=32,
+                      cpu_tier_tokens=1024, make_room='{"enabled": true}', additional_config="{}")
+    ]  # fmt: skip
+
+
+def test_no_engine_option_gives_the_default_engine() -> None:
+    probe, seen = _engine_seen(own=("max_model_len",))
+    assert runner.invoke(probe, []).exit_code == 0
+    assert seen == [EngineOptions()]
+
+
+def test_a_command_declaring_an_engine_option_itself_is_refused() -> None:
+    with pytest.raises(TypeError, match="max_model_len"):
+        _engine_seen()

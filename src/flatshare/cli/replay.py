@@ -8,24 +8,13 @@ from typing import Annotated
 import typer
 
 from flatshare.cli.base import app, fail
-from flatshare.cli.engine_options import (
-    ENGINE,
-    AdditionalConfigOpt,
-    BatchedOpt,
-    BlockOpt,
-    KvTokensOpt,
-    MakeRoomOpt,
-    PolicyOpt,
-    ProfileOpt,
-    SchedulerOpt,
-    SeqsOpt,
-    TierOpt,
-)
+from flatshare.cli.engine_options import ENGINE, with_engine_options
 from flatshare.errors import InputError
 from flatshare.sim.options import EngineOptions
 
 
 @app.command()
+@with_engine_options(own=("max_model_len",))
 def replay(
     workload: Annotated[str, typer.Option(help="Workload spec: voice-agents:callers=2, weka:PATH, ...")],
     out: Annotated[Path, typer.Option(help="Output folder: requests.jsonl, samples.jsonl, run.json.")],
@@ -40,28 +29,15 @@ def replay(
     vocab_size: Annotated[int, typer.Option(help="Prompt token ids lie below this (the model's).")] = 32000,
     priority: Annotated[bool, typer.Option(help="Send each request's priority field.")] = True,
     sim_engines: Annotated[int, typer.Option(help="Simulated engines for --sim.")] = 1,
-    scheduler: SchedulerOpt = ENGINE.scheduler,
-    policy: PolicyOpt = ENGINE.policy,
-    profile: ProfileOpt = ENGINE.profile,
-    kv_tokens: KvTokensOpt = ENGINE.kv_tokens,
-    max_num_batched_tokens: BatchedOpt = ENGINE.max_num_batched_tokens,
-    max_num_seqs: SeqsOpt = ENGINE.max_num_seqs,
     max_model_len: Annotated[
         int, typer.Option(help="Clip prompts to this (0: the --sim engine's, or what the endpoints report).")
     ] = ENGINE.max_model_len,
-    block_size: BlockOpt = ENGINE.block_size,
-    cpu_tier_tokens: TierOpt = ENGINE.cpu_tier_tokens,
-    make_room: MakeRoomOpt = ENGINE.make_room,
-    additional_config: AdditionalConfigOpt = ENGINE.additional_config,
+    *,
+    engine: EngineOptions,
 ) -> None:
     """Replay a workload against OpenAI-compatible endpoints (wall clock) or simulated engines (--sim)."""
     from flatshare.replay.command import replay_command
 
-    engine = EngineOptions(
-        scheduler=scheduler, policy=policy, profile=profile, kv_tokens=kv_tokens,
-        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
-        cpu_tier_tokens=cpu_tier_tokens, make_room=make_room, additional_config=additional_config,
-    )  # fmt: skip
     try:
         summary = replay_command(
             workload, out, endpoints=endpoint or [], sim=sim, seed=seed, duration=duration,

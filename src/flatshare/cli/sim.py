@@ -8,51 +8,23 @@ from typing import Annotated
 import typer
 
 from flatshare.cli.base import app, fail
-from flatshare.cli.engine_options import (
-    ENGINE,
-    AdditionalConfigOpt,
-    BatchedOpt,
-    BlockOpt,
-    KvTokensOpt,
-    MakeRoomOpt,
-    ModelLenOpt,
-    PolicyOpt,
-    ProfileOpt,
-    SchedulerOpt,
-    SeedOpt,
-    SeqsOpt,
-    TierOpt,
-)
+from flatshare.cli.engine_options import ENGINE, ProfileOpt, SeedOpt, with_engine_options
 from flatshare.errors import InputError
 from flatshare.sim.options import EngineOptions
 
 
 @app.command()
+@with_engine_options()
 def sim(
     requests: Annotated[Path, typer.Option(help="Request file, JSONL (see docs/formats.md).")],
     out: Annotated[Path, typer.Option(help="Output folder: requests.jsonl, samples.jsonl, summary.json.")],
-    scheduler: SchedulerOpt = ENGINE.scheduler,
-    policy: PolicyOpt = ENGINE.policy,
-    profile: ProfileOpt = ENGINE.profile,
-    kv_tokens: KvTokensOpt = ENGINE.kv_tokens,
-    max_num_batched_tokens: BatchedOpt = ENGINE.max_num_batched_tokens,
-    max_num_seqs: SeqsOpt = ENGINE.max_num_seqs,
-    max_model_len: ModelLenOpt = ENGINE.max_model_len,
-    block_size: BlockOpt = ENGINE.block_size,
-    cpu_tier_tokens: TierOpt = ENGINE.cpu_tier_tokens,
-    make_room: MakeRoomOpt = ENGINE.make_room,
-    additional_config: AdditionalConfigOpt = ENGINE.additional_config,
     seed: SeedOpt = 0,
+    *,
+    engine: EngineOptions,
 ) -> None:
     """Run requests through vLLM's scheduler on a virtual clock and write per-request records."""
     from flatshare.sim.command import sim_command
 
-    engine = EngineOptions(
-        scheduler=scheduler, policy=policy, profile=profile, kv_tokens=kv_tokens,
-        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-        max_model_len=max_model_len, block_size=block_size, cpu_tier_tokens=cpu_tier_tokens,
-        make_room=make_room, additional_config=additional_config,
-    )  # fmt: skip
     try:
         summary = sim_command(requests, out, engine, seed)
     except InputError as exc:
@@ -61,33 +33,19 @@ def sim(
 
 
 @app.command("serve-sim")
+@with_engine_options()
 def serve_sim(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
     model_name: Annotated[str, typer.Option(help="Model name served on /v1/models.")] = "sim",
     speed: Annotated[float, typer.Option(help="Virtual seconds per wall second (>= 1).")] = 1.0,
-    scheduler: SchedulerOpt = ENGINE.scheduler,
-    policy: PolicyOpt = ENGINE.policy,
-    profile: ProfileOpt = ENGINE.profile,
-    kv_tokens: KvTokensOpt = ENGINE.kv_tokens,
-    max_num_batched_tokens: BatchedOpt = ENGINE.max_num_batched_tokens,
-    max_num_seqs: SeqsOpt = ENGINE.max_num_seqs,
-    max_model_len: ModelLenOpt = ENGINE.max_model_len,
-    block_size: BlockOpt = ENGINE.block_size,
-    cpu_tier_tokens: TierOpt = ENGINE.cpu_tier_tokens,
-    make_room: MakeRoomOpt = ENGINE.make_room,
-    additional_config: AdditionalConfigOpt = ENGINE.additional_config,
     seed: SeedOpt = 0,
+    *,
+    engine: EngineOptions,
 ) -> None:
     """The simulated engine behind a real OpenAI-compatible server (wall-clock time, vLLM's /metrics)."""
     from flatshare.sim.command import serve_sim_command
 
-    engine = EngineOptions(
-        scheduler=scheduler, policy=policy, profile=profile, kv_tokens=kv_tokens,
-        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-        max_model_len=max_model_len, block_size=block_size, cpu_tier_tokens=cpu_tier_tokens,
-        make_room=make_room, additional_config=additional_config,
-    )  # fmt: skip
     try:
         serve_sim_command(port, host, model_name, speed, engine, seed)
     except InputError as exc:
