@@ -7,6 +7,9 @@ Health rules (times from a monotonic clock passed in, so tests need no sleeping)
   scrape. A refused connection counts as all of them at once: the server is not there;
 - without a good scrape for `stale_after_s` the backend is stale: still routable, but policies count
   its KV as full (`routing.BackendSnapshot.pressure`).
+
+Every flip of health goes to the state's `on_health` hook, whoever recorded it: the poller, or the
+proxy finding the backend gone (a refused connection, a stream cut) before the next poll does.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ class BackendState:
     models: frozenset[str] = field(default_factory=frozenset)
     model_cards: tuple[dict[str, object], ...] = ()
     on_models: Callable[[], None] | None = None
+    on_health: Callable[[BackendState, str], None] | None = None
+    """Called after a recorded scrape or failure flips `healthy`, with the state and the failure that
+    made it unhealthy ("" when it turned healthy); the poller sets it (logging, membership)."""
 
     @property
     def name(self) -> str:
@@ -43,15 +49,23 @@ class BackendState:
         return self.metrics is not None and self.failures < self.poll.unhealthy_after_failures
 
     def record_scrape(self, metrics: EngineMetrics, now_s: float) -> None:
+        was_healthy = self.healthy
         self.metrics = metrics
         self.last_good_s = now_s
         self.failures = 0
         self.last_error = ""
+        self._tell(was_healthy, "")
 
     def record_failure(self, error: str, refused: bool = False) -> None:
         """One failure; a refused connection marks the backend unhealthy at once."""
+        was_healthy = self.healthy
         self.failures = self.poll.unhealthy_after_failures if refused else self.failures + 1
         self.last_error = error
+        self._tell(was_healthy, error)
+
+    def _tell(self, was_healthy: bool, error: str) -> None:
+        if self.healthy != was_healthy and self.on_health is not None:
+            self.on_health(self, error)
 
     def set_models(self, cards: Iterable[dict[str, object]]) -> None:
         self.model_cards = tuple(cards)

@@ -3,7 +3,9 @@ by `poll.timeout_s`), and GET /v1/models when the backend comes (back) up and ev
 
 A poll is good when both answer 200 and the metrics page has vLLM's KV-use gauge. Ticks are at fixed
 times (`start + k * interval`); a poll that overruns skips the ticks it missed instead of bunching up.
-Results go into the backend's `BackendState` (health rules there).
+Results go into the backend's `BackendState` (health rules there). The poller owns the state's health
+hook: every flip is logged (a warning when the backend turns unhealthy) and passed to `on_health`,
+also when the proxy recorded the failure that caused it.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ class Poller:
         self.client = client
         self.clock = clock
         self.on_health = on_health
-        """Called with the state and its new health whenever a poll flips it (membership records it)."""
+        """Called with the state and its new health whenever it flips (membership records it)."""
+        state.on_health = self._flipped
         self.polls = 0
         self._since_models = MODELS_EVERY
         self._task: asyncio.Task[None] | None = None
@@ -60,16 +63,12 @@ class Poller:
             if not was_healthy or not state.models or self._since_models >= MODELS_EVERY:
                 await self._fetch_models()
         except UpstreamError as exc:
-            self._fail(f"cannot reach it: {exc}", refused=exc.refused)
+            state.record_failure(f"cannot reach it: {exc}", refused=exc.refused)
             return False
         except (ScrapeError, ValueError) as exc:
-            self._fail(f"{type(exc).__name__}: {exc}")
+            state.record_failure(f"{type(exc).__name__}: {exc}")
             return False
         state.record_scrape(metrics, self.clock())
-        if not was_healthy:
-            log.info("backend %s is healthy (models: %s)", state.name, ", ".join(sorted(state.models)))
-            if self.on_health is not None:
-                self.on_health(state, True)
         return True
 
     async def _fetch_models(self) -> None:
@@ -77,13 +76,14 @@ class Poller:
         self.state.set_models(model_cards(json.loads(_body(answer, MODELS_PATH))))
         self._since_models = 0
 
-    def _fail(self, error: str, refused: bool = False) -> None:
-        was_healthy = self.state.healthy
-        self.state.record_failure(error, refused)
-        if was_healthy and not self.state.healthy:
-            log.warning("backend %s is unhealthy: %s", self.state.name, error)
-            if self.on_health is not None:
-                self.on_health(self.state, False)
+    def _flipped(self, state: BackendState, error: str) -> None:
+        """The state's health hook (module docstring)."""
+        if state.healthy:
+            log.info("backend %s is healthy (models: %s)", state.name, ", ".join(sorted(state.models)))
+        else:
+            log.warning("backend %s is unhealthy: %s", state.name, error)
+        if self.on_health is not None:
+            self.on_health(state, state.healthy)
 
     async def run(self) -> None:
         """Poll at fixed ticks until cancelled."""

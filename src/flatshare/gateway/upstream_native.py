@@ -84,9 +84,8 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         if not self.complete:
-            self._fail(
-                UpstreamError(f"the backend closed the connection before the response ended ({exc!r})")
-            )
+            why = f" ({exc!r})" if exc is not None else ""  # None: a clean close (EOF), nothing to add
+            self._fail(UpstreamError(f"the backend closed the connection before the response ended{why}"))
 
     # -- httptools callbacks ------------------------------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:
