@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 OUT    ?= out/colocation
 
-.PHONY: venv system-deps demo test test-server test-vllm test-invariants vllm-gate lint typecheck pytest clean
+.PHONY: venv system-deps demo test test-server test-vllm test-invariants vllm-gate lint typecheck pytest clean fuzz
 
 venv: $(STAMP)
 
@@ -98,3 +98,9 @@ vllm-gate: $(STAMP)
 # make-room's invariant suite with thousands of examples (make test runs a few hundred).
 test-invariants: $(STAMP)
 	FLATSHARE_INVARIANTS=soak $(BIN)/python -m pytest -p no:cacheprovider tests/scheduler/test_make_room_invariants.py
+
+# The fuzz suite (gateway over HTTP, the CLI's file readers) with 20x the examples `make test` runs, drawn
+# fresh each time; prints the number of cases (docs/gateway.md, "Fuzzing").
+fuzz: $(STAMP)
+	FLATSHARE_FUZZ=long $(BIN)/python -m pytest -p no:cacheprovider -m fuzz --hypothesis-show-statistics \
+	  tests/gateway/test_gateway_fuzz.py tests/gateway/test_gateway_config_fuzz.py tests/sim/test_sim_fuzz.py

@@ -124,6 +124,13 @@ def _read_file(path: Path) -> Iterator[CalibrationSample]:
             raise InputError(f"{where}: not an audit line, request record or engine sample ({exc})") from exc
 
 
+def _number(value: Any, key: str, where: str) -> float:
+    """A finite JSON number (`float("nan")` of the string "nan" would pass as one)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InputError(f"{where}: {key} must be a finite number, got {value!r}")
+    return float(value)
+
+
 def samples_from_row(row: dict[str, Any], where: str = "line") -> Iterator[CalibrationSample]:
     """The samples in one JSON line of any of the three kinds (an audit line of a routing change has none).
     A request record is validated by `ReplayRecord.from_json` (InputError prefixed with `where`)."""
@@ -132,14 +139,16 @@ def samples_from_row(row: dict[str, Any], where: str = "line") -> Iterator[Calib
     if "backends" in row and "input_tokens" in row:  # gateway audit
         if row.get("attempt", 1) != 1:
             return
-        t = float(row["t"])
-        yield CalibrationSample(t, input_tokens=int(row["input_tokens"]))
+        t = _number(row["t"], "t", where)
+        yield CalibrationSample(t, input_tokens=int(_number(row["input_tokens"], "input_tokens", where)))
         for backend in row["backends"]:
             if backend.get("kv_usage") is not None and not backend.get("stale", False):
-                yield CalibrationSample(t, kv_usage=float(backend["kv_usage"]))
+                yield CalibrationSample(t, kv_usage=_number(backend["kv_usage"], "kv_usage", where))
     elif "prompt_tokens" in row:  # request record (docs/records.md)
         yield _record_sample(ReplayRecord.from_json(row, where))
     elif "t" in row and "kv_usage" in row:  # engine sample
-        yield CalibrationSample(float(row["t"]), kv_usage=float(row["kv_usage"]))
+        yield CalibrationSample(
+            _number(row["t"], "t", where), kv_usage=_number(row["kv_usage"], "kv_usage", where)
+        )
     else:
         raise ValueError(f"unrecognised keys {sorted(row)[:6]}")

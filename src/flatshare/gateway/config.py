@@ -19,7 +19,7 @@ from flatshare.gateway.routing import Thresholds
 from flatshare.gateway.upstream import UPSTREAM_CLIENTS
 
 TOKEN_SOURCES = ("backend", "local", "estimate")
-_CLASS_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+_CLASS_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")  # fullmatch: `$` would let a trailing newline in
 
 
 def _positive(name: str, value: float) -> None:
@@ -111,7 +111,7 @@ class TenantConfig:
     max_priority: int = 0
 
     def __post_init__(self) -> None:
-        if not _CLASS_NAME.match(self.name):
+        if not _CLASS_NAME.fullmatch(self.name):
             raise ValueError(f"tenant name {self.name!r}: use 1-32 of a-z 0-9 _ -")
         if not self.api_keys or any(len(key) < 8 for key in self.api_keys):
             raise ValueError(f"tenant {self.name}: give api_keys, each at least 8 characters")
@@ -163,7 +163,7 @@ class GatewayConfig:
         _unique("tenant name", [t.name for t in self.tenants])
         _unique("api key", [key for t in self.tenants for key in t.api_keys], secret=True)
         for name in self.classes:
-            if not _CLASS_NAME.match(name) or name == "default":
+            if not _CLASS_NAME.fullmatch(name) or name == "default":
                 raise ValueError(f"class name {name!r}: use 1-32 of a-z 0-9 _ - (not 'default')")
         for name in ("max_body_bytes", "connect_timeout_s", "upstream_timeout_s", "max_upstream_connections"):
             _positive(name, getattr(self, name))

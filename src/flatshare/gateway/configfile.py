@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import tomllib
 import types
@@ -37,15 +38,25 @@ def read_mapping(path: Path) -> dict[str, Any]:
     other suffix is refused, YAML with a hint: the gateway reads TOML and JSON only."""
     _check_suffix(path)
     text = jsonin.read_text(path)
-    if path.suffix == ".json":
-        data = jsonin.loads(text, str(path))
-    else:
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise InputError(f"{path}: not valid TOML ({exc})") from exc
+    data = jsonin.loads(text, str(path)) if path.suffix == ".json" else _read_toml(text, path)
     if not isinstance(data, dict):
         raise InputError(f"{path}: must hold a table (an object)")
+    return data
+
+
+def _read_toml(text: str, path: Path) -> dict[str, Any]:
+    """A TOML document within `flatshare.jsonin`'s limits (as a JSON file is read): `tomllib` takes
+    `inf`, `nan` and integers of any length up to CPython's 4,300 digits (past them a bare ValueError),
+    and recurses once per level of nested arrays (RecursionError)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML ({exc})") from exc
+    except ValueError as exc:  # int() refusing a number of more than 4,300 digits
+        raise InputError(f"{path}: not valid TOML (an integer of more than 4300 digits)") from exc
+    except RecursionError as exc:
+        raise InputError(f"{path}: not valid TOML (nested too deep)") from exc
+    jsonin.check_limits(data, str(path))
     return data
 
 
@@ -65,7 +76,8 @@ def build(cls: type[Any], data: Any, where: str, path: str = "") -> Any:
     known = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise InputError(f"{where}: unknown key {', '.join(unknown)} in {label} (known: {', '.join(known)})")
+        shown = ", ".join(_key(k) for k in unknown)
+        raise InputError(f"{where}: unknown key {shown} in {label} (known: {', '.join(known)})")
     kwargs = {name: _convert(hints[name], value, where, _join(path, name)) for name, value in data.items()}
     try:
         return cls(**kwargs)
@@ -81,7 +93,18 @@ def _required(f: dataclasses.Field[Any]) -> bool:
 
 
 def _join(path: str, name: str) -> str:
-    return f"{path}.{name}" if path else name
+    return f"{path}.{_key(name)}" if path else _key(name)
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _key(name: object) -> str:
+    """A key as an error message shows it: bare when TOML would write it bare, else quoted with every
+    control and non-ASCII character escaped (a key from the file may hold a newline: the message stays
+    one line)."""
+    text = str(name)
+    return text if _BARE_KEY.fullmatch(text) else json.dumps(text)
 
 
 def _convert(hint: Any, value: Any, where: str, path: str) -> Any:
@@ -97,7 +120,7 @@ def _convert(hint: Any, value: Any, where: str, path: str) -> Any:
         if not isinstance(value, dict):
             raise InputError(f"{where}: {path} must be a table")
         kind = typing.get_args(hint)[1]
-        return {str(k): _convert(kind, v, where, f"{path}.{k}") for k, v in value.items()}
+        return {str(k): _convert(kind, v, where, _join(path, str(k))) for k, v in value.items()}
     if origin in (typing.Union, types.UnionType):
         return _either(typing.get_args(hint), value, where, path)
     return _scalar(hint, value, where, path)
@@ -123,6 +146,8 @@ def _scalar(hint: Any, value: Any, where: str, path: str) -> Any:
     }[hint]
     if not ok:
         raise InputError(f"{where}: {path} must be {hint.__name__}, got {value!r}")
+    if hint is float and isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{where}: {path} must be a finite number, got {value!r}")
     return float(value) if hint is float else value
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flatshare import jsonin
 from flatshare.errors import InputError
 
 RECORD_VERSION = 2
@@ -183,18 +184,10 @@ def write_records(path: Path, records: Iterable[ReplayRecord]) -> None:
 
 def decode_lines(path: Path) -> Iterable[tuple[str, Any]]:
     """(`path:line`, decoded object) for each non-empty line; InputError for a file that cannot be read
-    or a line that is not JSON."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            yield f"{path}:{number}", json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
+    or a line that is not JSON (UTF-8 and within `flatshare.jsonin`'s limits)."""
+    for number, line in enumerate(jsonin.read_text(path).splitlines(), start=1):
+        if line.strip():
+            yield f"{path}:{number}", jsonin.loads(line, f"{path}:{number}")
 
 
 def read_records(path: Path) -> list[ReplayRecord]:

@@ -39,6 +39,21 @@ _COEFFICIENTS = (
     "prefill_attn_pair_s",
     "decode_ctx_token_s",
 )
+# The largest value each field may take: about a thousand times the shipped profiles' values, far past
+# any GPU, but small enough that one step (which the engine samples every `sample_interval_s`) takes
+# minutes of virtual time at most, and the KV cache's blocks fit in memory. A profile past them (a file
+# with `step_fixed_s` 1e300, or `default_kv_tokens` 1e19) ran without end.
+LIMITS: dict[str, float] = {
+    "step_fixed_s": 1.0,
+    "prefill_token_s": 0.1,
+    "decode_token_s": 0.1,
+    "prefill_attn_pair_s": 1e-5,
+    "decode_ctx_token_s": 1e-4,
+    "api_latency_s": 10.0,
+    "kv_bytes_per_token": 2**24,
+    "default_kv_tokens": 2**24,
+}
+MIN_CPU_LOAD_BYTES_PER_S = 1e6
 
 
 class ScheduledWork(NamedTuple):
@@ -68,6 +83,8 @@ class StepTimeProfile:
     api_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isprintable():
+            raise InputError(f"profile name must be printable text on one line, got {self.name!r}")
         for name in (*_COEFFICIENTS, "api_latency_s", "cpu_load_bytes_per_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
@@ -86,6 +103,22 @@ class StepTimeProfile:
                 f"profile {self.name}: kv_bytes_per_token, cpu_load_bytes_per_s and default_kv_tokens "
                 "must be > 0"
             )
+        for name, most in LIMITS.items():
+            if getattr(self, name) > most:
+                raise InputError(
+                    f"profile {self.name}: {name} must be <= {most:g}, got {getattr(self, name)!r}"
+                )
+        if self.cpu_load_bytes_per_s < MIN_CPU_LOAD_BYTES_PER_S:
+            raise InputError(
+                f"profile {self.name}: cpu_load_bytes_per_s must be >= {MIN_CPU_LOAD_BYTES_PER_S:g}, "
+                f"got {self.cpu_load_bytes_per_s!r}"
+            )
+        if not isinstance(self.description, str):
+            raise InputError(f"profile {self.name}: description must be a string")
+        if not all(isinstance(s, str) for s in self.sources):
+            raise InputError(f"profile {self.name}: sources must be a list of strings")
+        if self.fit is not None and not isinstance(self.fit, dict):
+            raise InputError(f"profile {self.name}: fit must be an object")
 
     def step_time(self, work: Iterable[ScheduledWork]) -> float:
         """Virtual seconds one step takes for the given scheduled work."""
@@ -110,7 +143,10 @@ class StepTimeProfile:
             raise InputError(f"{origin}: unknown field(s) {unknown}; valid fields: {sorted(known)}")
         try:
             values = dict(data)
-            values["sources"] = tuple(values.get("sources", ()))
+            sources = values.get("sources", ())
+            if not isinstance(sources, list | tuple):
+                raise InputError(f"profile {values.get('name')!r}: sources must be a list of strings")
+            values["sources"] = tuple(sources)
             return cls(**values)
         except TypeError as exc:
             raise InputError(f"{origin}: {exc}") from exc

@@ -42,7 +42,7 @@ class SimRequest:
 
 
 def _field_error(where: str, name: str, message: str) -> InputError:
-    return InputError(f"{where}: field '{name}': {message}")
+    return InputError(f"{where}: field {name!r}: {message}")  # repr: a name from the file stays one line
 
 
 def _int_field(data: Mapping[str, Any], name: str, where: str, minimum: int | None) -> int:
