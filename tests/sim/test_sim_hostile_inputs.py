@@ -63,6 +63,24 @@ def test_out_naming_an_existing_file_is_refused_before_the_run(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
+    "option",
+    ["--kv-tokens", "--cpu-tier-tokens", "--max-num-seqs", "--max-num-batched-tokens", "--max-model-len"],
+)
+def test_an_engine_size_past_any_real_engine_is_refused_before_the_engine_is_built(
+    tmp_path: Path, option: str
+) -> None:
+    """`--kv-tokens 10**19` once never finished starting (vLLM makes an object per KV block)."""
+    requests = tmp_path / "r.jsonl"
+    requests.write_text(GOOD + "\n")
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["sim", "--requests", str(requests), "--out", str(out), option, str(10**19)])
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert f"{option[2:].replace('-', '_')} must be at most" in result.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
     ("field", "value", "message"),
     [
         ("prefill_token_s", "fast", "prefill_token_s must be a finite number, got 'fast'"),

@@ -19,6 +19,18 @@ SCHEDULER_ALIASES = {
 SCHEDULER_CONFIG_KEYS = {"make-room": "make_room", "sglang-preempt": "sglang_preempt", "reserve": "reserve"}
 """The `additional_config` key each flatshare scheduler reads its settings from (docs/baselines-engine.md)."""
 POLICIES = ("fcfs", "priority")
+UPPER_BOUNDS = {
+    "block_size": 2**12,
+    "kv_tokens": 2**24,
+    "max_num_batched_tokens": 2**24,
+    "max_num_seqs": 2**16,
+    "max_model_len": 2**24,
+    "cpu_tier_tokens": 2**28,
+}
+"""The most each size may be, checked before anything is built. Far above any real engine (a 141 GB GPU
+holds about a million tokens of an 8B model's KV; vLLM's block sizes are 1-256; its default
+`max_num_seqs` 256-1024), low enough that building the engine stays quick: vLLM makes one Python object
+per KV block at start, so a 10**19-token cache would never finish starting."""
 
 
 def fitting_model_len(kv_tokens: int, block_size: int, cap: int = 32768) -> int:
@@ -69,6 +81,11 @@ class EngineConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise InputError(f"engine config: {name} must be a positive integer, got {value!r}")
+        for name, most in UPPER_BOUNDS.items():
+            if getattr(self, name) > most:
+                raise InputError(
+                    f"engine config: {name} must be at most {most:,}, got {getattr(self, name):,}"
+                )
         if self.long_prefill_token_threshold < 0:
             raise InputError("engine config: long_prefill_token_threshold must be >= 0")
         if self.cpu_tier_tokens < 0:
