@@ -95,9 +95,11 @@ VLLM_GATE_WHERE := $(if $(filter 0.32.0,$(VLLM_GATE)),--python $(BIN)/python,--s
 vllm-gate: $(STAMP)
 	$(BIN)/python tools/vllm_gate/run.py --vllm $(VLLM_GATE) $(VLLM_GATE_WHERE)
 
-# make-room's invariant suite with thousands of examples (make test runs a few hundred).
+# The schedulers' invariant suites (make-room's and the engine-side baselines') with thousands of
+# examples (make test runs a few hundred).
 test-invariants: $(STAMP)
-	FLATSHARE_INVARIANTS=soak $(BIN)/python -m pytest -p no:cacheprovider tests/scheduler/test_make_room_invariants.py
+	FLATSHARE_INVARIANTS=soak $(BIN)/python -m pytest -p no:cacheprovider --hypothesis-show-statistics \
+	  tests/scheduler/test_make_room_invariants.py tests/scheduler/test_baselines_invariants.py
 
 # The fuzz suite (gateway over HTTP, the CLI's file readers) with 20x the examples `make test` runs, drawn
 # fresh each time; prints the number of cases (docs/gateway.md, "Fuzzing").
