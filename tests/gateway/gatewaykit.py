@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -67,3 +68,38 @@ def sim_backends(count: int, **engine: Any) -> Iterator[list[str]]:
             app = build_sim_app(EngineConfig(**engine), load_profile(), seed=0)
             urls.append(stack.enter_context(ThreadServer(app)).url)
         yield urls
+
+
+# -- the gateway's log ------------------------------------------------------------------------------------
+class Records(logging.Handler):
+    """Every log record of the gateway and of uvicorn's error logger while installed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    @property
+    def lines(self) -> list[str]:
+        """The log as an operator reads it: each record's message and traceback, line by line."""
+        formatter = logging.Formatter("%(levelname)s %(name)s: %(message)s")
+        return [line for r in self.records for line in formatter.format(r).splitlines()]
+
+    def tracebacks(self) -> list[str]:
+        return [line for line in self.lines if line.startswith("Traceback")]
+
+
+@contextmanager
+def captured_logs() -> Iterator[Records]:
+    """uvicorn's error logger does not propagate to the root: listen on it and on the root."""
+    handler = Records()
+    loggers = [logging.getLogger(), logging.getLogger("uvicorn.error")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 import socket
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -28,7 +27,7 @@ import httpx
 import pytest
 import schemathesis
 import yaml
-from gatewaykit import gateway_config, read_events, running_gateway
+from gatewaykit import Records, captured_logs, gateway_config, read_events, running_gateway
 from hypothesis import given
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
@@ -68,38 +67,6 @@ ROUTES = (
     ("POST", "/gateway/events"),
 )
 AUTHS = (f"Bearer {TENANT_KEY}", f"Bearer {LOW_TENANT_KEY}", f"Bearer {ADMIN_TOKEN}", None, "Bearer sk-wrong")
-
-
-class Records(logging.Handler):
-    """Every log record (root and uvicorn's error logger, which does not propagate) while installed."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    @property
-    def lines(self) -> list[str]:
-        formatter = logging.Formatter("%(levelname)s %(name)s: %(message)s")
-        return [line for r in self.records for line in formatter.format(r).splitlines()]
-
-    def tracebacks(self) -> list[str]:
-        return [line for line in self.lines if line.startswith("Traceback")]
-
-
-@contextmanager
-def captured_logs() -> Iterator[Records]:
-    handler = Records()
-    loggers = [logging.getLogger(), logging.getLogger("uvicorn.error")]
-    for logger in loggers:
-        logger.addHandler(handler)
-    try:
-        yield handler
-    finally:
-        for logger in loggers:
-            logger.removeHandler(handler)
 
 
 @contextmanager

@@ -5,53 +5,17 @@ body, and a stream the drain timeout cuts, log one line each; a cut stream ends 
 
 from __future__ import annotations
 
-import logging
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import httpx
 import pytest
-from gatewaykit import gateway_config, running_gateway, scrape
+from gatewaykit import captured_logs, gateway_config, running_gateway, scrape
 
 from flatshare.gateway.app import build_gateway
 from kit.fake_vllm import FakeState, fake_backend_app
 from kit.net import ThreadServer, wait_for
-
-
-class Records(logging.Handler):
-    """Every log record of the gateway and of uvicorn's error logger while installed."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    @property
-    def lines(self) -> list[str]:
-        """The log as an operator reads it: each record's message and traceback, line by line."""
-        formatter = logging.Formatter("%(levelname)s %(name)s: %(message)s")
-        return [line for r in self.records for line in formatter.format(r).splitlines()]
-
-    def tracebacks(self) -> list[str]:
-        return [line for line in self.lines if line.startswith("Traceback")]
-
-
-@contextmanager
-def captured_logs() -> Iterator[Records]:
-    """uvicorn's error logger does not propagate to the root: listen on it and on the root."""
-    handler = Records()
-    loggers = [logging.getLogger(), logging.getLogger("uvicorn.error")]
-    for logger in loggers:
-        logger.addHandler(handler)
-    try:
-        yield handler
-    finally:
-        for logger in loggers:
-            logger.removeHandler(handler)
 
 
 @pytest.fixture
