@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from flatshare.testing.procstat import cpu_seconds
+from flatshare.testing.vllm_server import free_port
 
 BODY = json.dumps({"model": "canned", "prompt": "Say hello to the caller.", "max_tokens": 16, "stream": True})
 
@@ -116,26 +118,7 @@ async def throughput(port: int, concurrency: int, seconds: float, tokens: int) -
     return len(samples.ttft_ms) / (time.perf_counter() - start), samples
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU time (user + system) of a process and its children so far (Linux /proc)."""
-    pids = [pid]
-    with contextlib.suppress(OSError):
-        pids += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    total = 0.0
-    for each in pids:
-        with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
 # -- the processes ----------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def wait_up(port: int, path: str, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while proc.poll() is None and time.monotonic() < deadline:
@@ -224,9 +207,11 @@ def measure(ports: dict[str, int], pids: dict[str, int], args: argparse.Namespac
     thr: dict[str, list[tuple[float, Samples, float]]] = {name: [] for name in ports}
     for _ in range(args.rounds):
         for name, port in ports.items():
-            before = cpu_seconds(pids[name])
+            before = cpu_seconds(pids[name], with_children=True)
             rate, samples = asyncio.run(throughput(port, args.concurrency, args.seconds, args.tokens))
-            cpu_ms = (cpu_seconds(pids[name]) - before) * 1000 / max(1, len(samples.ttft_ms))
+            cpu_ms = (
+                (cpu_seconds(pids[name], with_children=True) - before) * 1000 / max(1, len(samples.ttft_ms))
+            )
             thr[name].append((rate, samples, cpu_ms))
     return summarise(lat, thr)
 

@@ -42,7 +42,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -58,6 +57,9 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from flatshare.testing.procstat import cpu_seconds, rss_kb
+from flatshare.testing.vllm_server import free_port
 
 COMPLETED, CLEAN_ERROR, HANG, TRUNCATION = "completed", "clean_error", "hang", "truncation"
 KINDS = (COMPLETED, CLEAN_ERROR, HANG, TRUNCATION)
@@ -271,26 +273,6 @@ async def audit_settled(path: Path, at_least: int, timeout_s: float = 10.0) -> N
 
 
 # -- processes ---------------------------------------------------------------------------------------------
-def rss_kb(pid: int) -> int:
-    """The resident set of a process in kB (Linux /proc)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for pid {pid}")
-
-
-def cpu_s(pid: int) -> float:
-    """CPU time (user + system) of a process so far, in seconds (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Children:
     """Every process this run starts, stopped by pid (SIGTERM, then SIGKILL after 15 s) at the end."""
 
@@ -539,7 +521,7 @@ async def soak(run: Run, console: Console) -> dict[str, Any]:
 def _cpu_now(run: Run) -> dict[str, float]:
     """CPU seconds so far of the gateway and of this client process (the backends restart, so they are
     left out)."""
-    return {"gateway": cpu_s(run.gateway_pid), "client": time.process_time()}
+    return {"gateway": cpu_seconds(run.gateway_pid), "client": time.process_time()}
 
 
 # -- figures and checks -------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from flatshare.replay.ledger import Ledger
 from flatshare.replay.records import ReplayRecord
 from flatshare.replay.rundir import write_run
 from flatshare.replay.wallclock import WallClockOptions, run_in_loop, run_wallclock
+from flatshare.testing.procstat import cpu_seconds
 from flatshare.workloads.model import Session, Workload, WorkloadRequest
 from flatshare.workloads.tokens import unique_span
 
@@ -147,12 +148,6 @@ class Measurement:
     server_freezes: list[tuple[float, float]]
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def wait_healthy(url: str, child: subprocess.Popen[bytes], timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     async with httpx.AsyncClient() as client:
@@ -171,9 +166,9 @@ async def measure(url: str, workload: Workload, child: subprocess.Popen[bytes]) 
     gc.freeze()  # as vLLM's server does after start-up: no full collection pauses over the imports
     probe = FreezeProbe()
     probing = asyncio.create_task(probe.run())
-    cpu, server_cpu, wall = time.process_time(), process_cpu_s(child.pid), time.perf_counter()
+    cpu, server_cpu, wall = time.process_time(), cpu_seconds(child.pid), time.perf_counter()
     await run_wallclock(workload, [Endpoint(url, "sim")], ledger, WallClockOptions(max_concurrency=1024))
-    cpu, server_cpu = time.process_time() - cpu, process_cpu_s(child.pid) - server_cpu
+    cpu, server_cpu = time.process_time() - cpu, cpu_seconds(child.pid) - server_cpu
     probing.cancel()
     wall = time.perf_counter() - wall
     async with httpx.AsyncClient(timeout=30) as client:
