@@ -20,11 +20,11 @@ from collections.abc import Awaitable, Callable
 from enum import Enum
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from flatshare.gateway.admin import authorized
 from flatshare.gateway.config import GatewayConfig
-from flatshare.gateway.errors import GatewayError
+from flatshare.gateway.errors import unauthorized
 from flatshare.gateway.telemetry import GatewayMetrics
 from flatshare.gateway.tenants import Tenants
 
@@ -65,14 +65,10 @@ class Access:
         async def guarded(request: Request) -> Response:
             if self.allows(reader, request.headers.get("authorization")):
                 return await handler(request)
-            self.metrics.error("unauthorized")
-            error = GatewayError(
-                401,
-                f"{request.method} {request.url.path} needs Authorization: Bearer <key> with {reader.value}",
-                "unauthorized",
-                "AuthenticationError",
-                headers={"WWW-Authenticate": "Bearer"},
+            error = unauthorized(
+                f"{request.method} {request.url.path} needs Authorization: Bearer <key> with {reader.value}"
             )
-            return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+            self.metrics.error(error.kind)
+            return error.response()
 
         return guarded

@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 
 from flatshare.errors import InputError
 from flatshare.gateway.audit import AuditLog
-from flatshare.gateway.errors import GatewayError
+from flatshare.gateway.errors import GatewayError, answered, unauthorized
 from flatshare.gateway.inbound import read_body, read_json
 from flatshare.gateway.switch import RoutingConfig, RoutingSwitch, apply_change
 from flatshare.gateway.telemetry import GatewayMetrics
@@ -64,11 +64,7 @@ class RoutingRoutes:
         return JSONResponse(routing_json(self.switch.current.config, bool(self.token)))
 
     async def put(self, request: Request) -> Response:
-        try:
-            return await self._put(request)
-        except GatewayError as exc:
-            self.metrics.error(exc.kind)
-            return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+        return await answered(self.metrics.error, self._put, request)
 
     async def _put(self, request: Request) -> Response:
         if not self.token:
@@ -80,13 +76,7 @@ class RoutingRoutes:
                 "NotFoundError",
             )
         if not authorized(request.headers.get("authorization"), self.token):
-            raise GatewayError(
-                401,
-                "PUT /gateway/routing needs Authorization: Bearer <admin_token>",
-                "unauthorized",
-                "AuthenticationError",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+            raise unauthorized("PUT /gateway/routing needs Authorization: Bearer <admin_token>")
         raw = await read_body(request, ADMIN_BODY_LIMIT)
         body = read_json(raw, "PUT /gateway/routing") if raw.strip() else {}
         before = self.switch.current.config

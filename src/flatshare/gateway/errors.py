@@ -5,7 +5,10 @@ under in `flatshare_gateway_errors_total`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 from flatshare.protocol.sse import encode_event
 
@@ -59,3 +62,25 @@ class GatewayError(Exception):
     def sse_event(self) -> bytes:
         """The error as one server-sent event (`data: {...}`), as vLLM reports a failure mid-stream."""
         return encode_event(self.body())
+
+    def response(self) -> JSONResponse:
+        """The error as a whole JSON answer, with its status and headers."""
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def unauthorized(message: str) -> GatewayError:
+    """A 401 for a route that needs a bearer key or token the caller did not send (`message` says which)."""
+    return GatewayError(
+        401, message, "unauthorized", "AuthenticationError", headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+async def answered(
+    count: Callable[[str], None], handler: Callable[[Request], Awaitable[Response]], request: Request
+) -> Response:
+    """`handler`'s answer, or the GatewayError it raised as a JSON answer, counted by its kind."""
+    try:
+        return await handler(request)
+    except GatewayError as exc:
+        count(exc.kind)
+        return exc.response()

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 
 from flatshare.gateway.admin import ADMIN_BODY_LIMIT, authorized
 from flatshare.gateway.baselines.core import GateEvent
-from flatshare.gateway.errors import GatewayError
+from flatshare.gateway.errors import GatewayError, answered, unauthorized
 from flatshare.gateway.gating import GateKeeper
 from flatshare.gateway.inbound import read_body, read_json
 from flatshare.gateway.telemetry import GatewayMetrics
@@ -30,11 +30,7 @@ class EventRoute:
         self.metrics = metrics
 
     async def post(self, request: Request) -> Response:
-        try:
-            return await self._post(request)
-        except GatewayError as exc:
-            self.metrics.error(exc.kind)
-            return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+        return await answered(self.metrics.error, self._post, request)
 
     async def _post(self, request: Request) -> Response:
         if not self.token or self.keeper is None:
@@ -46,13 +42,7 @@ class EventRoute:
                 "NotFoundError",
             )
         if not authorized(request.headers.get("authorization"), self.token):
-            raise GatewayError(
-                401,
-                "POST /gateway/events needs Authorization: Bearer <admin_token>",
-                "unauthorized",
-                "AuthenticationError",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+            raise unauthorized("POST /gateway/events needs Authorization: Bearer <admin_token>")
         body = read_json(await read_body(request, ADMIN_BODY_LIMIT), "POST /gateway/events")
         if not isinstance(body, dict):
             raise GatewayError(400, "POST /gateway/events: the body must be a JSON object", "bad_json")

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from flatshare.aiotasks import cancel
@@ -465,9 +464,7 @@ class _Watched:
 async def _refuse(error: GatewayError, scope: Scope, receive: Receive, send: _Watched) -> None:
     """Answer `error` as JSON, unless a response has begun (then end it as it is)."""
     if send.status is None:
-        await JSONResponse(error.body(), status_code=error.status, headers=error.headers)(
-            scope, receive, send
-        )
+        await error.response()(scope, receive, send)
     elif not send.ended:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
