@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 from flatshare import jsonin
 from flatshare.errors import InputError
+from flatshare.sim.config import UPPER_BOUNDS
 
 DEFAULT_PROFILE = "llama3-8b-24gb"
 _COEFFICIENTS = (
@@ -51,7 +52,7 @@ LIMITS: dict[str, float] = {
     "decode_ctx_token_s": 1e-4,
     "api_latency_s": 10.0,
     "kv_bytes_per_token": 2**24,
-    "default_kv_tokens": 2**24,
+    "default_kv_tokens": UPPER_BOUNDS["kv_tokens"],  # the engine takes it as its KV when none is given
 }
 MIN_CPU_LOAD_BYTES_PER_S = 1e6
 
