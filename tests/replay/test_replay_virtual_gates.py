@@ -69,7 +69,8 @@ def test_abort_resubmit_throws_work_away_and_resubmits_it() -> None:
 
 
 def test_flow_control_holds_dispatch_while_saturated() -> None:
-    run = _run("flow-control", {"kv_cache_util_threshold": 0.8, "queue_depth_threshold": 5})
+    # 0.7: this short run's KV peaks at ~77% (0.8 fired while compaction summaries were drawn at ~1.5k tokens)
+    run = _run("flow-control", {"kv_cache_util_threshold": 0.7, "queue_depth_threshold": 5})
     _check_nothing_lost(run)
     c = run.gate_counters
     assert (

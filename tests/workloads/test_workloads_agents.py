@@ -188,15 +188,18 @@ def test_profile_rejects_bad_values() -> None:
         AgentProfile(small_step_p=1.5)
     with pytest.raises(ValueError, match="final_context_low"):
         AgentProfile(final_context_low=9, final_context_high=5)
-    with pytest.raises(ValueError, match="summary_median"):
-        AgentProfile(summary_median=0.5)
+    with pytest.raises(ValueError, match="output_median"):
+        AgentProfile(output_median=0.5)
+    with pytest.raises(ValueError, match="summary_max"):
+        AgentProfile(summary_max=100)  # a summary is a reply: the median reply must fit
 
 
 # Bounds on total output / total prompt tokens. The trace's is ~1%; under a cap prompts are shorter (the
-# context restarts at each compaction) while an agent writes the same replies, and each compaction adds a
-# ~1.5k summary, so the ratio rises: measured 6.7% at 16k and 2.7% at 32k (1.1% uncapped). The old
-# generator (episodes ended early with a ~4k answer each) gave 14.4% and 4.1%.
-MAX_OUT_PER_PROMPT = {16384: 0.09, 32768: 0.035, None: 0.016}
+# context restarts at each compaction) while an agent writes the same replies and each episode's long answer,
+# so the ratio rises: measured 2.6% at 16k and 1.8% at 32k (1.1% uncapped). Summaries drawn at ~1.5k tokens
+# (the generator before summaries were drawn as replies) gave 6.7% and 2.7%; the generator before compaction
+# (episodes ended early with a ~4k answer each) 14.4% and 4.1%.
+MAX_OUT_PER_PROMPT = {16384: 0.035, 32768: 0.025, None: 0.016}
 
 
 @pytest.mark.parametrize("max_model_len", [16384, 32768, None])
@@ -271,7 +274,7 @@ def test_cap_adds_compactions_but_keeps_the_calls(max_model_len: int) -> None:
 
 def test_base_is_clipped_only_as_far_as_a_compacted_call_needs() -> None:
     prof = AgentProfile()
-    room = 2 * prof.summary_median + prof.big_step_median + prof.output_median
+    room = 2 * prof.output_median + prof.big_step_median + prof.output_median
     assert prof.base_high(16384) == 16384 - room
     assert prof.base_high(4096) == 1024 and prof.base_high(None) == 60_000
     bases = {

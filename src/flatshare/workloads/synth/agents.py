@@ -15,11 +15,12 @@ Under `max_model_len` an episode keeps the shape it has without one: its number 
 call follow the same draws, and it ends with one long answer when its *uncapped* context reaches its final
 size. What changes is that the session compacts, as Claude Code does when its context fills: before a call
 whose prompt plus output, plus room for the next summary, would pass `max_model_len`, the agent sends a
-compaction call (the conversation up to the last reply; output: a summary, `AgentProfile.summary_*`) and the
+compaction call (the conversation up to the last reply; output: a summary, drawn as any reply is) and the
 context restarts at `base + summary`, the pending tool result after it, and grows again by the same steps.
 The summary is new text, so the call after a compaction hits the prefix cache only on `base`. Compaction
 calls have request ids ending in `COMPACTION_SUFFIX`. The sample never compacts (its contexts stay under 89k),
-so the summary length is an assumption, not a fit.
+so it gives no summary lengths; a summary is drawn as any reply is, which keeps output ~1% of prompt tokens at
+every cap, as in the sample.
 """
 
 from __future__ import annotations
@@ -48,10 +49,12 @@ _BASE_LOW = 8_000
 class AgentProfile:
     """Distributions of one coding agent (lognormals given by median and sigma; token counts and seconds).
 
-    `summary_median`, `summary_sigma`, `summary_max`: the length of a compaction's summary (only under
-    `max_model_len`). The WEKA sample never compacts, so these are an assumption (a summary of one to two
-    thousand tokens of the task, the files and the next step), not a fit. `summary_max` bounds it so that
-    a compacted context plus a summary reserved for the next compaction still leaves room for a call.
+    A compaction's summary (only under `max_model_len`) is one more reply: its length is drawn like any
+    call's output (`output_median`, `output_sigma`), so that output lengths follow the sample at every cap.
+    The sample never compacts, so it says nothing of summaries; a summary drawn longer (1,500 tokens were
+    tried) made summaries half of all agent output at a 16k cap, and output 6.7% of prompt tokens against
+    the sample's ~1%. `summary_max` bounds it so that a compacted context plus a summary reserved for the
+    next compaction still leaves room for a call.
     """
 
     base_median: float = 11_000.0
@@ -69,8 +72,6 @@ class AgentProfile:
     output_sigma: float = 0.55
     final_output_median: float = 4_300.0
     final_output_sigma: float = 0.15
-    summary_median: float = 1_500.0
-    summary_sigma: float = 0.3
     summary_max: int = 3_000
     think_median_s: float = 2.8
     think_sigma: float = 0.4
@@ -92,8 +93,8 @@ class AgentProfile:
                 raise ValueError(f"AgentProfile.{name} is a probability, got {getattr(self, name)}")
         if not 1 <= self.final_context_low <= self.final_context_high:
             raise ValueError("AgentProfile needs 1 <= final_context_low <= final_context_high")
-        if not 1 <= self.summary_median <= self.summary_max:
-            raise ValueError("AgentProfile needs 1 <= summary_median <= summary_max")
+        if not 1 <= self.output_median <= self.summary_max:
+            raise ValueError("AgentProfile needs 1 <= output_median <= summary_max (summaries are replies)")
 
     def base_high(self, max_model_len: int | None) -> int:
         """The largest `base` drawn: under `max_model_len`, room is left after `base` for a median summary
@@ -102,7 +103,7 @@ class AgentProfile:
         `max_model_len` is left to `base`."""
         if max_model_len is None:
             return _UNCAPPED_BASE_HIGH
-        summary = min(self.summary_median, summary_cap(max_model_len))
+        summary = min(self.output_median, summary_cap(max_model_len))
         room = 2 * summary + self.big_step_median + self.output_median
         return max(2, max_model_len // 4, max_model_len - int(np.ceil(room)))
 
@@ -153,9 +154,7 @@ class _AgentDraw:
         p = self.p
         cap = self.max_model_len
         high = p.summary_max if cap is None else min(p.summary_max, summary_cap(cap))
-        return int(
-            np.clip(round(self.lognormal(p.summary_median, p.summary_sigma, self.summary_rng)), 1, high)
-        )
+        return int(np.clip(round(self.lognormal(p.output_median, p.output_sigma, self.summary_rng)), 1, high))
 
     def think(self) -> float:
         p = self.p
