@@ -1,0 +1,154 @@
+"""What the steps of one co-location run carry, and why agent prefill is missing from a voice reply's steps.
+
+Runs one condition of the seed preset (2 callers, 24 agents) on the simulated engine and watches every
+step: how much of the engine's time carries agent prefill, what share of the steps that decode a voice
+reply also carry agent prefill (in the first seed nearly all did: "a voice reply's tokens came 60 to 66
+milliseconds apart" beside agent prefill), and, for the voice decode steps without it, why no agent
+prefilled: agents waiting, free KV (vLLM's count: free blocks, cached ones nobody holds included), and
+whether the first waiting agent fits: admitting it takes its cached prefix blocks out of the free pool,
+then new blocks for its whole CPU-tier hit (vLLM allocates a waiting request's external hit at admission)
+and its first chunk; vLLM's scheduler stops at the first waiting request it cannot place
+(`Scheduler.schedule`'s waiting loop), so agents behind it wait too.
+
+    .venv/bin/python tools/step_mix.py --condition vllm-priority --seed 0 --duration 600
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from flatshare.colocation.experiment import MAIN_CONDITIONS, ColocationPlan, engine_config, workload_spec
+from flatshare.colocation.setup import SEED
+from flatshare.replay.virtual import run_virtual
+from flatshare.sim.connector import SimCpuTierConnector
+from flatshare.sim.engine import SimEngine, StepReport
+from flatshare.sim.profile import load_profile
+from flatshare.workloads.model import Workload
+from flatshare.workloads.spec import parse_spec
+
+
+@dataclass
+class StepMix:
+    """Counts over one run's steps (seconds of engine time, steps, tokens)."""
+
+    busy_s: float = 0.0
+    agent_prefill_s: float = 0.0
+    voice_decode_steps: int = 0
+    voice_decode_with_agent_prefill: int = 0
+    # voice decode steps without agent prefill:
+    agents_waiting: int = 0
+    running_agents: int = 0
+    free_kv_tokens: int = 0
+    head_local_hit_tokens: int = 0
+    head_tier_hit_tokens: int = 0
+    head_does_not_fit: int = 0
+    head_tier_hit_over_free: int = 0
+
+    def report(self, virtual_s: float) -> dict[str, float]:
+        bare = max(1, self.voice_decode_steps - self.voice_decode_with_agent_prefill)
+        waiting = max(1, self.agents_waiting)
+        return {
+            "engine_busy_share": round(self.busy_s / virtual_s, 3),
+            "time_with_agent_prefill_share": round(self.agent_prefill_s / virtual_s, 3),
+            "voice_decode_steps": self.voice_decode_steps,
+            "voice_decode_steps_with_agent_prefill_share": round(
+                self.voice_decode_with_agent_prefill / max(1, self.voice_decode_steps), 3
+            ),
+            "without_it_agents_waiting_share": round(self.agents_waiting / bare, 3),
+            "without_it_running_agents_mean": round(self.running_agents / bare, 2),
+            "without_it_free_kv_tokens_mean": round(self.free_kv_tokens / bare),
+            "without_it_first_waiting_agent_prefix_hit_tokens_mean": round(
+                self.head_local_hit_tokens / waiting
+            ),
+            "without_it_first_waiting_agent_tier_hit_tokens_mean": round(self.head_tier_hit_tokens / waiting),
+            "without_it_first_waiting_agent_does_not_fit_share": round(self.head_does_not_fit / waiting, 3),
+            "without_it_its_tier_hit_alone_over_free_kv_share": round(
+                self.head_tier_hit_over_free / waiting, 3
+            ),
+        }
+
+
+def _is_agent(request_id: str) -> bool:
+    return request_id.startswith("agent")
+
+
+def _watch(engine: SimEngine, mix: StepMix) -> None:
+    scheduler = engine.scheduler
+    connector = scheduler.get_kv_connector()
+    tier = connector.tier if isinstance(connector, SimCpuTierConnector) else None
+    block = engine.config.block_size
+
+    def on_step(report: StepReport) -> None:
+        took = report.end_s - report.start_s
+        mix.busy_s += took
+        agent_prefill = any(_is_agent(r) and n > 1 for r, n in report.scheduled.items())
+        mix.agent_prefill_s += took if agent_prefill else 0.0
+        if not any(r.startswith("voice") and n == 1 for r, n in report.scheduled.items()):
+            return
+        mix.voice_decode_steps += 1
+        if agent_prefill:
+            mix.voice_decode_with_agent_prefill += 1
+            return
+        free = scheduler.kv_cache_manager.block_pool.get_num_free_blocks() * block
+        mix.free_kv_tokens += free
+        mix.running_agents += sum(1 for r in scheduler.running if _is_agent(r.request_id))
+        waiting = [r for r in scheduler.waiting if _is_agent(r.request_id)]
+        if not waiting:
+            return
+        mix.agents_waiting += 1
+        head = waiting[0]
+        blocks, local = scheduler.kv_cache_manager.get_computed_blocks(head)[:2]
+        start, end = local // block, min(head.num_tokens // block, len(head.block_hashes))
+        hits = tier.lookup(head.block_hashes[start:end]) if tier is not None and end > start else 0
+        hit = (hits or 0) * block
+        chunk = min(head.num_tokens - local - hit, engine.config.max_num_batched_tokens)
+        # What admitting it takes from the free pool: its cached prefix blocks nobody holds (they count
+        # as free), then new blocks for the CPU-tier hit and the first chunk.
+        cached_free = sum(1 for b in blocks.blocks[0] if b.ref_cnt == 0)
+        needs = cached_free + -(-(hit + chunk) // block)
+        mix.head_local_hit_tokens += local
+        mix.head_tier_hit_tokens += hit
+        mix.head_does_not_fit += int(needs > free // block)
+        mix.head_tier_hit_over_free += int(hit > 0 and -(-hit // block) > free // block - cached_free)
+
+    engine.on_step = on_step
+
+
+def step_mix(condition: str, seed: int, duration_s: float, changes: dict[str, Any]) -> dict[str, float]:
+    setup = SEED.with_changes(**changes)
+    plan = ColocationPlan(callers=(2,), seeds=1, duration_s=duration_s, setup=setup)
+    chosen = next(c for c in MAIN_CONDITIONS if c.key == condition)
+    config = engine_config(chosen, setup)
+    profile = load_profile(setup.profile)
+    if setup.api_latency_s is not None:
+        profile = dataclasses.replace(profile, api_latency_s=setup.api_latency_s)
+    full = parse_spec(workload_spec(2, plan), seed=seed, max_model_len=config.max_model_len)
+    keep = {"voice", "agent"} if chosen.voice and chosen.agents else {"voice"} if chosen.voice else {"agent"}
+    workload = Workload(full.name, tuple(s for s in full.sessions if s.cls in keep), full.seed)
+    engine = SimEngine(config, profile)
+    mix = StepMix()
+    _watch(engine, mix)
+    run_virtual(workload, [engine], until_s=duration_s, stop_s=duration_s + plan.drain_s)
+    return mix.report(engine.now)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--condition", default="vllm-priority", choices=[c.key for c in MAIN_CONDITIONS])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--duration", type=float, default=600.0)
+    parser.add_argument(
+        "--setup", default="{}", help="changes to the seed preset, JSON: '{\"cpu_tier_tokens\": 0}'"
+    )
+    args = parser.parse_args()
+    print(json.dumps(step_mix(args.condition, args.seed, args.duration, json.loads(args.setup)), indent=1))
+
+
+if __name__ == "__main__":
+    main()
