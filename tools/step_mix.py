@@ -16,19 +16,15 @@ and its first chunk; vLLM's scheduler stops at the first waiting request it cann
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
 
-from flatshare.colocation.experiment import MAIN_CONDITIONS, ColocationPlan, engine_config, workload_spec
+from flatshare.colocation.experiment import MAIN_CONDITIONS, ColocationPlan, build_run
 from flatshare.colocation.setup import SEED
 from flatshare.replay.virtual import run_virtual
 from flatshare.sim.connector import SimCpuTierConnector
 from flatshare.sim.engine import SimEngine, StepReport
-from flatshare.sim.profile import load_profile
-from flatshare.workloads.model import Workload
-from flatshare.workloads.spec import parse_spec
 
 
 @dataclass
@@ -119,17 +115,10 @@ def _watch(engine: SimEngine, mix: StepMix) -> None:
 
 
 def step_mix(condition: str, seed: int, duration_s: float, changes: dict[str, Any]) -> dict[str, float]:
-    setup = SEED.with_changes(**changes)
-    plan = ColocationPlan(callers=(2,), seeds=1, duration_s=duration_s, setup=setup)
+    """Run `condition` (2 callers) on the seed preset with `changes` and count what its steps carry."""
+    plan = ColocationPlan(callers=(2,), seeds=1, duration_s=duration_s, setup=SEED.with_changes(**changes))
     chosen = next(c for c in MAIN_CONDITIONS if c.key == condition)
-    config = engine_config(chosen, setup)
-    profile = load_profile(setup.profile)
-    if setup.api_latency_s is not None:
-        profile = dataclasses.replace(profile, api_latency_s=setup.api_latency_s)
-    full = parse_spec(workload_spec(2, plan), seed=seed, max_model_len=config.max_model_len)
-    keep = {"voice", "agent"} if chosen.voice and chosen.agents else {"voice"} if chosen.voice else {"agent"}
-    workload = Workload(full.name, tuple(s for s in full.sessions if s.cls in keep), full.seed)
-    engine = SimEngine(config, profile)
+    workload, engine, _, _ = build_run(chosen, 2, seed, plan)
     mix = StepMix()
     _watch(engine, mix)
     run_virtual(workload, [engine], until_s=duration_s, stop_s=duration_s + plan.drain_s)

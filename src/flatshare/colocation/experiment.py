@@ -13,13 +13,18 @@ import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flatshare.colocation.runs import run_dir, save_run
 from flatshare.colocation.setup import SEED, Setup
 from flatshare.lab.executors import Executor, LocalExecutor, OnDone, default_workers
 from flatshare.lab.jobs import Job, JobsFailed
 from flatshare.sim.config import DEFAULT_ENGINE
+
+if TYPE_CHECKING:
+    from flatshare.gateway.baselines import Gate
+    from flatshare.sim.engine import SimEngine
+    from flatshare.workloads.model import Workload
 
 WINDOW_SWEEP = (0, 8, 16, 24, 32, 48, 64)
 
@@ -180,10 +185,12 @@ def workload_spec(callers: int, plan: ColocationPlan) -> str:
     return spec
 
 
-def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: ColocationPlan) -> str:
-    """Run one (condition, callers, seed) and save it; returns its folder. Imports vLLM."""
+def build_run(
+    condition: Condition, callers: int, seed: int, plan: ColocationPlan
+) -> tuple[Workload, SimEngine, Gate | None, str]:
+    """What one (condition, callers, seed) runs: its workload (the condition's sessions of the shared one),
+    a fresh simulated engine, the gateway-side gate or None, and the workload's spec. Imports vLLM."""
     from flatshare.gateway.baselines import make_gate
-    from flatshare.replay.virtual import run_virtual
     from flatshare.sim.engine import SimEngine
     from flatshare.sim.profile import load_profile
     from flatshare.workloads.model import Workload
@@ -199,14 +206,22 @@ def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: Colo
     workload = Workload(full.name, tuple(s for s in full.sessions if s.cls in keep), full.seed)
     engine = SimEngine(config, profile)
     gate = make_gate(condition.gate, condition.gate_settings) if condition.gate else None
+    return workload, engine, gate, spec
+
+
+def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: ColocationPlan) -> str:
+    """Run one (condition, callers, seed) and save it; returns its folder. Imports vLLM."""
+    from flatshare.replay.virtual import run_virtual
+
+    workload, engine, gate, spec = build_run(condition, callers, seed, plan)
     run = run_virtual(
         workload, [engine], until_s=plan.duration_s, stop_s=plan.duration_s + plan.drain_s, gate=gate
     )
     folder = run_dir(out, condition.key, callers, seed)
     facts = {
-        "engine_config": config.to_json(),
+        "engine_config": engine.config.to_json(),
         "setup": plan.setup.to_json(),
-        "api_latency_s": profile.api_latency_s,
+        "api_latency_s": engine.profile.api_latency_s,
         "spec": spec,
         "duration_s": plan.duration_s,
         "seed": seed,
