@@ -86,3 +86,20 @@ def test_leaseholder_defers_throttles_and_shortens() -> None:
     assert c["deferred"] > 0 and c["throttled"] > 0 and c["shortened"] > 0
     short = [r for r in run.records if r.cls == "voice" and r.max_tokens == 8]
     assert len(short) == c["shortened"]
+
+
+def test_a_request_sent_as_the_run_ends_is_recorded_failed() -> None:
+    # Found by `make demo` (agent-cap, seed 0): the gate released a held agent request just before the
+    # engines stopped, the request never reached the scheduler, and building the records raised KeyError.
+    from flatshare.replay.virtual_gate import GateDriver
+
+    engine = SimEngine(EngineConfig(kv_tokens=40960), load_profile())
+    driver = GateDriver(make_gate("agent-cap", {"max_agents_per_backend": 1}), [engine])
+    workload = parse_spec(SPEC, seed=1, max_model_len=32768)
+    request = next(r for s in workload.sessions if s.cls == "agent" for r in s.requests)
+    driver.issue(5.0, request, 0, tool_returned=False)  # sent at once: under the cap
+    assert request.id not in engine.records  # still on its way to the scheduler
+    [record] = driver.records(5.0)
+    assert (record.id, record.status, record.send_s) == (request.id, "failed", 5.0)
+    assert "run ended" in (record.error or "") and record.token_times_s == []
+    assert schema_problems(record.to_json()) == []

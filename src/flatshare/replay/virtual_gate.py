@@ -195,7 +195,7 @@ class GateDriver:
             )
             engine = self.engines[entry.engine]
             for k, attempt in enumerate(entry.aborted, start=1):
-                record = engine.records[attempt.engine_id].to_record(
+                record = engine.record(attempt.engine_id).to_record(
                     session_id=session, engine=name, now=engine.now, first_sentence_tokens=sentence
                 )
                 record.id = f"{request_id}/aborted-{k}"
@@ -207,7 +207,8 @@ class GateDriver:
             if engine_id is None:
                 out.append(_held_record(request, entry.issue_s, max(now, entry.issue_s), name))
                 continue
-            record = engine.records[engine_id].to_record(
+            # engine.record: an attempt sent as the run ended may not have reached the scheduler
+            record = engine.record(engine_id).to_record(
                 session_id=session, engine=name, now=engine.now, first_sentence_tokens=sentence
             )
             record.id, record.send_s = request_id, entry.issue_s

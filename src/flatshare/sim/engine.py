@@ -127,10 +127,7 @@ class SimEngine:
             if spec.id == request_id:
                 self._pending.pop(i)
                 heapq.heapify(self._pending)
-                record = RequestRecord(
-                    spec.id, spec.cls, spec.priority, spec.arrival_s, spec.prompt_tokens, spec.max_tokens
-                )
-                self.records[spec.id] = record
+                record = self.records[spec.id] = _unstarted(spec)
                 break
         else:
             record = self.records.get(request_id)
@@ -140,6 +137,18 @@ class SimEngine:
         assert record is not None
         record.status, record.finish_reason, record.finish_s = "aborted", "abort", self.now
         return True
+
+    def record(self, request_id: str) -> RequestRecord:
+        """The request's record; for one still in the arrival queue (sent, but the run ended before it
+        reached the scheduler), the record of a request that never started, which is written as failed
+        (`RequestRecord.to_record`). KeyError for an id this engine was never given."""
+        record = self.records.get(request_id)
+        if record is not None:
+            return record
+        for _, _, spec in self._pending:
+            if spec.id == request_id:
+                return _unstarted(spec)
+        raise KeyError(request_id)
 
     def has_work(self) -> bool:
         return (
@@ -446,3 +455,10 @@ class SimEngine:
 def _fake_token(request: Request) -> int:
     """A deterministic sampled token id that is never EOS-like (ids 0-3 are avoided)."""
     return 4 + (request.num_output_tokens * 7919) % 30000
+
+
+def _unstarted(spec: SimRequest) -> RequestRecord:
+    """The record of a request that has not reached the scheduler."""
+    return RequestRecord(
+        spec.id, spec.cls, spec.priority, spec.arrival_s, spec.prompt_tokens, spec.max_tokens
+    )
