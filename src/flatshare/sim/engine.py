@@ -107,7 +107,7 @@ class SimEngine:
         later (its record keeps the time it was sent), and the scheduler at the first step boundary after
         that. A request sent while a step runs (a driver submits it once the step is done) still reaches
         the engine at send + api pass: the front end works while the step runs."""
-        if request.id in self.records or any(p[2].id == request.id for p in self._pending):
+        if request.id in self.records or self._pending_index(request.id) is not None:
             raise ValueError(f"duplicate request id {request.id!r}")
         arrival = request.arrival_s + self.profile.api_latency_s
         if self._idle_mark is not None and arrival < self.now:
@@ -122,13 +122,12 @@ class SimEngine:
         finish reason `abort`. False when the engine has no unfinished request of that id."""
         from vllm.v1.request import RequestStatus
 
-        record: RequestRecord | None = None
-        for i, (_, _, spec) in enumerate(self._pending):
-            if spec.id == request_id:
-                self._pending.pop(i)
-                heapq.heapify(self._pending)
-                record = self.records[spec.id] = _unstarted(spec)
-                break
+        record: RequestRecord | None
+        i = self._pending_index(request_id)
+        if i is not None:
+            _, _, spec = self._pending.pop(i)
+            heapq.heapify(self._pending)
+            record = self.records[spec.id] = _unstarted(spec)
         else:
             record = self.records.get(request_id)
             if record is None or record.status != "running":
@@ -145,10 +144,14 @@ class SimEngine:
         record = self.records.get(request_id)
         if record is not None:
             return record
-        for _, _, spec in self._pending:
-            if spec.id == request_id:
-                return _unstarted(spec)
-        raise KeyError(request_id)
+        i = self._pending_index(request_id)
+        if i is None:
+            raise KeyError(request_id)
+        return _unstarted(self._pending[i][2])
+
+    def _pending_index(self, request_id: str) -> int | None:
+        """Where the request is in the arrival queue, or None."""
+        return next((i for i, (_, _, spec) in enumerate(self._pending) if spec.id == request_id), None)
 
     def has_work(self) -> bool:
         return (

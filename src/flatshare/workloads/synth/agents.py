@@ -145,8 +145,10 @@ class _AgentDraw:
     def lognormal(self, median: float, sigma: float, rng: np.random.Generator | None = None) -> float:
         return float((self.rng if rng is None else rng).lognormal(np.log(max(median, 1e-9)), sigma))
 
-    def tokens(self, median: float, sigma: float, low: int, high: int) -> int:
-        return int(np.clip(round(self.lognormal(median, sigma)), low, high))
+    def tokens(
+        self, median: float, sigma: float, low: int, high: int, rng: np.random.Generator | None = None
+    ) -> int:
+        return int(np.clip(round(self.lognormal(median, sigma, rng)), low, high))
 
     def summary(self) -> int:
         """A compaction summary's length; at most `summary_max`, and at most a fifth of the max model
@@ -154,7 +156,7 @@ class _AgentDraw:
         p = self.p
         cap = self.max_model_len
         high = p.summary_max if cap is None else min(p.summary_max, summary_cap(cap))
-        return int(np.clip(round(self.lognormal(p.output_median, p.output_sigma, self.summary_rng)), 1, high))
+        return self.tokens(p.output_median, p.output_sigma, 1, high, self.summary_rng)
 
     def think(self) -> float:
         p = self.p
