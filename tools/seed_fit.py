@@ -53,6 +53,7 @@ SENSITIVITY: tuple[tuple[str, Any], ...] = (
     ("voice_system_tokens", 600),
     ("voice_system_tokens", 2000),
     ("agent_source", "weka"),
+    ("async_scheduling", False),
 )
 
 

@@ -75,3 +75,44 @@ def test_report_on_a_folder_without_runs_is_a_clear_error(tmp_path: Path) -> Non
     result = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 2
     assert "no runs/ folder" in result.output
+
+
+def test_the_engine_runs_the_setups_scheduling_mode() -> None:
+    from flatshare.colocation.experiment import engine_config
+    from flatshare.colocation.setup import SEED
+
+    stock = next(c for c in MAIN_CONDITIONS if c.key == "vllm-priority")
+    assert SEED.async_scheduling  # vLLM 0.32's default on a GPU
+    assert engine_config(stock, SEED).async_scheduling
+    assert not engine_config(stock, SEED.with_changes(async_scheduling=False)).async_scheduling
+
+
+def test_the_cli_passes_the_scheduling_mode_and_prints_the_presets_defaults(tmp_path: Path) -> None:
+    help_text = CliRunner().invoke(app, ["experiment", "colocation", "--help"], terminal_width=200).output
+    assert "[seed preset: 65536]" in help_text and "--sync-scheduling" in help_text
+    out = tmp_path / "exp"
+    result = CliRunner().invoke(
+        app,
+        [
+            "experiment",
+            "colocation",
+            "--out",
+            str(out),
+            "--callers",
+            "1",
+            "--agents",
+            "2",
+            "--seeds",
+            "1",
+            "--duration",
+            "60",
+            "--conditions",
+            "alone,vllm-priority",
+            "--sync-scheduling",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["setup"]["async_scheduling"] is False
+    facts = [json.loads(p.read_text()) for p in out.glob("runs/**/engine.json")]
+    assert facts and all(f["engine_config"]["async_scheduling"] is False for f in facts)

@@ -404,10 +404,11 @@ def test_a_turn_behind_an_agent_whose_load_just_finished_is_acted_for() -> None:
     from flatshare.replay.virtual import run_virtual
     from flatshare.workloads.spec import parse_spec
 
+    setup = SEED.with_changes(async_scheduling=False)  # the preset's scheduling mode when it was found
     condition = next(c for c in MAIN_CONDITIONS if c.key == "make-room-t48")
-    plan = ColocationPlan(callers=(2,), seeds=1, duration_s=600.0, setup=SEED)
-    config = engine_config(condition, SEED)
-    profile = dataclasses.replace(load_profile(), api_latency_s=SEED.api_latency_s)
+    plan = ColocationPlan(callers=(2,), seeds=1, duration_s=600.0, setup=setup)
+    config = engine_config(condition, setup)
+    profile = dataclasses.replace(load_profile(), api_latency_s=setup.api_latency_s)
     workload = parse_spec(workload_spec(2, plan), seed=4, max_model_len=config.max_model_len)
     engine = SimEngine(config, profile)
     run = run_virtual(workload, [engine], until_s=92.0, stop_s=100.0)

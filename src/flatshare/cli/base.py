@@ -17,9 +17,12 @@ app = typer.Typer(
     ),
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,  # option help quotes defaults in [brackets]: print them, not parse them
 )
 experiment_app = typer.Typer(
-    help="Experiments on the simulated engine (or real endpoints).", no_args_is_help=True
+    help="Experiments on the simulated engine (or real endpoints).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
 )
 app.add_typer(experiment_app, name="experiment")
 

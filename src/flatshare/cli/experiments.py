@@ -77,6 +77,13 @@ def experiment_colocation(
     agent_source: Annotated[
         str | None, typer.Option(help="Agents: synthetic (from the WEKA sample) or weka (its sessions).")
     ] = None,
+    async_scheduling: Annotated[
+        bool | None,
+        typer.Option(
+            "--async-scheduling/--sync-scheduling",
+            help="vLLM's scheduling mode [seed preset: async, vLLM 0.32's default on a GPU].",
+        ),
+    ] = None,
     conditions: Annotated[
         str | None, typer.Option(help="Only these conditions, comma-separated keys [all].")
     ] = None,
@@ -101,6 +108,7 @@ def experiment_colocation(
             reserve_full_isl=rules[admission],
             api_latency_s=SEED.api_latency_s if api_latency is None else api_latency,
             agent_source=agent_source or SEED.agent_source,
+            async_scheduling=SEED.async_scheduling if async_scheduling is None else async_scheduling,
         )
         if quick:
             plan = dataclasses.replace(QUICK, setup=setup)

@@ -12,7 +12,9 @@ from flatshare.cli.base import app, fail
 from flatshare.errors import InputError
 
 records_app = typer.Typer(
-    help="Request record files (requests.jsonl; docs/records.md).", no_args_is_help=True
+    help="Request record files (requests.jsonl; docs/records.md).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
 )
 app.add_typer(records_app, name="records")
 

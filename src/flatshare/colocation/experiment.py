@@ -172,6 +172,7 @@ def engine_config(condition: Condition, setup: Setup) -> Any:
         kv_tokens=kv_tokens,
         cpu_tier_tokens=setup.cpu_tier_tokens,
         scheduler_reserve_full_isl=setup.reserve_full_isl,
+        async_scheduling=setup.async_scheduling,
     )
 
 

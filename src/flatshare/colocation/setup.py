@@ -28,7 +28,9 @@ class Setup:
     first chunk). `api_latency_s`: one pass through vLLM's API server (None: the profile's). `agent_source`:
     `synthetic` (generated from the WEKA sample's distributions) or `weka` (the sample's own sessions).
     `voice_system_tokens`: the voice agent's system prompt (instructions, persona, tools), shared by every
-    turn of every call; each turn adds the call's dialogue so far.
+    turn of every call; each turn adds the call's dialogue so far. `async_scheduling`: vLLM schedules each
+    step while the previous one runs (--[no-]async-scheduling; vLLM 0.32 turns it on by default on one GPU,
+    `VllmConfig.__post_init__`, unless an incompatible option is set); False: synchronous steps.
     """
 
     profile: str = "llama3-8b-24gb"
@@ -39,6 +41,7 @@ class Setup:
     api_latency_s: float | None = None
     agent_source: str = "synthetic"
     voice_system_tokens: int = 600
+    async_scheduling: bool = True
 
     def __post_init__(self) -> None:
         if self.max_model_len <= 0 or self.cpu_tier_tokens < 0:
@@ -127,9 +130,11 @@ UNSTATED = (
     ),
     Unstated(
         "scheduling mode",
-        "synchronous steps",
-        "-",
-        "vLLM 0.32 schedules asynchronously by default; the simulator's CPU tier runs with synchronous steps.",
+        "asynchronous (vLLM 0.32's default)",
+        "asynchronous / synchronous",
+        "the seed tunes vLLM 'the way an operator would' and names no scheduling option; vLLM 0.32 turns "
+        "async scheduling on by default on one GPU (`VllmConfig.__post_init__`). Not fitted: the preset "
+        "takes vLLM's default; the sensitivity table shows synchronous steps.",
     ),
     Unstated(
         "voice calls",
