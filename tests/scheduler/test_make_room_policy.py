@@ -145,3 +145,32 @@ def test_a_victim_under_a_deferred_free_gives_its_seat_but_not_its_blocks() -> N
     seat = choose_victims(need(2, free=10, seats=0), [deferred], 0, 2, refs)
     assert seat.victims == ("a",) and seat.for_seats
     assert not choose_victims(need(12, free=10), [deferred], 0, 2, refs).admitted
+
+
+def test_victims_whose_blocks_come_back_after_the_step_in_flight_admit_it_in_the_next_step() -> None:
+    # Async scheduling with a KV connector: a running request scheduled in the step in flight frees its
+    # blocks only once that step is processed. Preempting it still makes room, one step later.
+    deferred = RunningView("a", 10, 0.0, tuple(range(4)), 1, 0, freeable=False)
+    refs = {i: 1 for i in range(4)}
+    later = choose_victims(need(12, free=10), [deferred], 0, 2, refs)
+    assert later.victims == ("a",) and later.next_step and not later.admitted and not later.declined
+    assert fits(need(12, free=10), [deferred], [deferred], refs, deferred=True)
+    assert not fits(need(12, free=10), [deferred], [deferred], refs)
+    # Too little even when the blocks are back: nobody is preempted.
+    short = choose_victims(need(15, free=10), [deferred], 0, 2, refs)
+    assert short.victims == () and short.declined and not short.next_step
+
+
+def test_the_fewest_victims_are_taken_even_if_more_would_admit_it_a_step_sooner() -> None:
+    # "b" (vLLM's first victim) is under a deferred free; "a" frees at once. One victim is enough once
+    # b's blocks are back, so make-room takes b alone rather than b and a for a step sooner.
+    a = RunningView("a", 10, 0.0, tuple(range(0, 10)), 1, 0)
+    b = RunningView("b", 10, 1.0, tuple(range(10, 20)), 1, 0, freeable=False)
+    refs = {i: 1 for i in range(20)}
+    choice = choose_victims(need(8, free=0), [a, b], 0, 2, refs)
+    assert choice.victims == ("b",) and choice.next_step
+    # When vLLM's first victim frees at once, it is admitted this step.
+    c = RunningView("c", 10, 2.0, tuple(range(20, 30)), 1, 0)
+    refs.update({i: 1 for i in range(20, 30)})
+    now = choose_victims(need(8, free=0), [a, b, c], 0, 2, refs)
+    assert now.victims == ("c",) and now.admitted and not now.next_step

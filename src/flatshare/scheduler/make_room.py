@@ -6,7 +6,10 @@ Each step, before vLLM's own `schedule()`:
    admit it this step, counted as vLLM counts (`state.admission`, `policy.fits`): its blocks and the
    watermark, the blocks and tokens the running requests that stay take first, a seat. If not, pick
    the fewest victims in vLLM's order that make it so (`policy.choose_victims`), at most
-   `max_victims`, or none at all. Only then does it open a window for it.
+   `max_victims`, or none at all. Only then does it open a window for it. Under async scheduling with
+   a KV connector vLLM frees a preempted request's blocks only once the step in flight is processed
+   (`Scheduler._request_blocks_can_be_freed`, `deferred_frees`): victims whose blocks return then are
+   preempted now, and the request is admitted in the next step (`next_step_admissions`).
 3. Hold lower-priority prefill (and with `hold_decode`, decode) out of the step while a protected
    request is inside its first T tokens, for at most `max_hold_steps` steps in a row.
 After the step it checks the prediction: a request it acted for but vLLM did not admit is not acted
@@ -65,6 +68,7 @@ class MakeRoomCounters:
     async_load_admissions: int = 0
     connector_deferred: int = 0
     empty_hold_steps: int = 0
+    next_step_admissions: int = 0
 
 
 @dataclass
@@ -167,12 +171,17 @@ class MakeRoomMixin(Scheduler):
         choice = self._choose(candidate, if_admitted, deferred, trace)
         if choice.admitted:
             plan.threshold = if_admitted
-            plan.victims = choice.victims
             plan.acted_for = candidate.request_id if (choice.victims or opens) else None
-            if choice.for_seats:
-                self.make_room_stats.preemptions_for_seats += len(choice.victims)
-            elif choice.victims:
-                self.make_room_stats.preemptions_for_waiting += len(choice.victims)
+        elif choice.next_step:
+            # The victims' blocks come back once the step in flight is processed: preempt them now, and
+            # the request is admitted (and opens its window) in the next step, when make-room plans again.
+            self.make_room_stats.next_step_admissions += 1
+            trace["next_step"] = candidate.request_id
+        plan.victims = choice.victims
+        if choice.for_seats:
+            self.make_room_stats.preemptions_for_seats += len(choice.victims)
+        else:
+            self.make_room_stats.preemptions_for_waiting += len(choice.victims)
         return plan
 
     def _candidate(self, hold_on: bool) -> Request | None:

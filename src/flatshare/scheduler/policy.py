@@ -57,13 +57,16 @@ class VictimChoice:
 
     `admitted`: the request will be admitted (with these victims, possibly none); `declined`: some
     candidates existed but `max_victims` of them would not make it fit; `for_seats`: a victim was needed
-    for a seat rather than for blocks.
+    for a seat rather than for blocks; `next_step`: the victims free their blocks only when the step in
+    flight has been processed (vLLM's deferred free under async scheduling with a KV connector), so the
+    request is not admitted this step but fits in the next one (`admitted` is then False).
     """
 
     victims: tuple[str, ...]
     admitted: bool
     declined: bool = False
     for_seats: bool = False
+    next_step: bool = False
 
 
 def vllm_victim_order(running: Iterable[RunningView]) -> list[RunningView]:
@@ -80,9 +83,12 @@ def blocks_freed(victims: Sequence[RunningView], ref_counts: dict[int, int]) -> 
     return len(_released(victims, ref_counts))
 
 
-def _released(victims: Sequence[RunningView], ref_counts: dict[int, int]) -> set[int]:
-    """Blocks back in the pool this step; a victim under a deferred free returns its blocks later."""
-    held = Counter(block for victim in victims if victim.freeable for block in set(victim.block_ids))
+def _released(victims: Sequence[RunningView], ref_counts: dict[int, int], deferred: bool = False) -> set[int]:
+    """Blocks back in the pool this step; a victim under a deferred free returns its blocks only once the
+    step in flight is processed (counted too when `deferred`)."""
+    held = Counter(
+        block for victim in victims if victim.freeable or deferred for block in set(victim.block_ids)
+    )
     return {block for block, n in held.items() if ref_counts.get(block, 0) <= n}
 
 
@@ -91,8 +97,10 @@ def fits(
     running: Sequence[RunningView],
     victims: Sequence[RunningView],
     ref_counts: dict[int, int],
+    deferred: bool = False,
 ) -> bool:
-    """Whether vLLM admits the waiting request this step once `victims` are preempted.
+    """Whether vLLM admits the waiting request this step once `victims` are preempted (with `deferred`:
+    once their deferred frees, if any, are back too, i.e. in the next step if nothing else changes).
 
     The running requests that stay are scheduled first and take their `step_tokens` and `step_blocks`;
     the request then needs a seat, some token budget, and its blocks plus the watermark. Hit blocks
@@ -104,7 +112,7 @@ def fits(
         return False
     if sum(r.step_tokens for r in staying) >= admission.token_budget:
         return False
-    released = _released(victims, ref_counts)
+    released = _released(victims, ref_counts, deferred)
     need = admission.request_blocks + len(released & admission.hit_block_ids)
     need += sum(r.step_blocks for r in staying)
     need += admission.watermark_blocks if staying else 0
@@ -125,8 +133,11 @@ def choose_victims(
     for_seats: bool = True,
 ) -> VictimChoice:
     """The fewest strictly lower-priority requests, taken in vLLM's order, that get the waiting request
-    admitted this step; nobody if `max_victims` of them would not. With `for_seats` false a victim is
-    never taken only to free a seat (the waiting request then waits for one, as in stock vLLM)."""
+    admitted; nobody if `max_victims` of them would not. Admitted this step when the victims' blocks
+    come back at once; when some come back only after the step in flight (deferred frees), the same
+    fewest victims are preempted now and the request fits in the next step (`next_step`), rather than
+    taking more victims to be admitted one step sooner. With `for_seats` false a victim is never taken
+    only to free a seat (the waiting request then waits for one, as in stock vLLM)."""
     if fits(admission, running, (), ref_counts):
         return VictimChoice((), admitted=True)
     candidates = [r for r in vllm_victim_order(running) if r.priority > waiting_priority]
@@ -136,9 +147,12 @@ def choose_victims(
     chosen: list[RunningView] = []
     for candidate in candidates[:max_victims]:
         chosen.append(candidate)
+        if not fits(admission, running, chosen, ref_counts, deferred=True):
+            continue
+        victims = tuple(r.request_id for r in chosen)
         if fits(admission, running, chosen, ref_counts):
-            victims = tuple(r.request_id for r in chosen)
             return VictimChoice(victims, admitted=True, for_seats=seat_bound)
+        return VictimChoice(victims, admitted=False, for_seats=seat_bound, next_step=True)
     return VictimChoice((), admitted=False, declined=bool(candidates))
 
 

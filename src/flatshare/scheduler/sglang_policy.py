@@ -60,7 +60,9 @@ def choose(
         if not eligible(candidate.priority, waiting_priority, threshold):
             break
         chosen.append(candidate)
-        if policy.fits(need, running, chosen, ref_counts):
+        # "free enough": blocks vLLM returns once the step in flight is processed count (deferred frees
+        # under async scheduling with a KV connector); the request is then admitted a step later.
+        if policy.fits(need, running, chosen, ref_counts, deferred=True):
             return SglangChoice(tuple(r.request_id for r in chosen), fits=True, for_seats=seats)
     worse = any(r.priority > waiting_priority for r in running)
     return SglangChoice((), fits=False, declined=bool(chosen), within_threshold=worse and not chosen)
