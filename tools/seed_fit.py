@@ -98,8 +98,8 @@ def _rank(points: Iterable[tuple[Any, ...]], seeds: int, duration: float, title:
         print(f"{loss(summary):8.3f}  {dict(zip(names, values, strict=True))}", flush=True)
     seed_cells = [f"{row.seed:.3g}" for row in SEED_ROWS if row.fitted]
     lines = [
-        f"{title} on the seed's stock rows ({seeds} seeds x {duration:.0f} virtual s, 2 callers); lower loss "
-        "is closer.",
+        f"{title} on the seed's stock rows ({seeds} seeds x {duration:.0f} virtual s, 2 callers, "
+        f"{_mode(SEED)}); lower loss is closer.",
         "",
         "| loss | " + " | ".join(names) + " | " + " | ".join(header) + " |",
         "|---" * (len(names) + len(header) + 1) + "|",
@@ -108,6 +108,10 @@ def _rank(points: Iterable[tuple[Any, ...]], seeds: int, duration: float, title:
     for value, point, cells in sorted(results, key=lambda r: r[0]):
         lines.append(f"| {value:.3f} | " + " | ".join(map(str, point)) + " | " + " | ".join(cells) + " |")
     return lines
+
+
+def _mode(setup: Setup) -> str:
+    return "async scheduling" if setup.async_scheduling else "synchronous scheduling"
 
 
 def fit(seeds: int, duration: float) -> list[str]:
@@ -146,7 +150,7 @@ def sensitivity(seeds: int, duration: float) -> list[str]:
     cols = ("p95 s", "over target", "TTFT mean s", "KV share of wait")
     lines = [
         f"One unstated parameter changed at a time from the seed preset ({seeds} seeds x {duration:.0f} "
-        "virtual s, 2 callers).",
+        f"virtual s, 2 callers, {_mode(SEED)} unless the row changes it).",
         "",
         "| setup | "
         + " | ".join(f"stock {c}" for c in cols)
