@@ -69,6 +69,8 @@ def test_refusals(headers: dict[str, str], priority: object, status: int, fragme
     with pytest.raises(GatewayError, match=fragment) as caught:
         tenants().admit(headers, priority)
     assert caught.value.status == status
+    if status == 401:  # RFC 9110 section 11.6.1: a 401 names the scheme to authenticate with
+        assert caught.value.headers.get("WWW-Authenticate") == "Bearer"
 
 
 def test_open_gateway_passes_priorities_unchanged() -> None:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flatshare.gateway.config import GatewayConfig, TenantConfig
-from flatshare.gateway.errors import GatewayError
+from flatshare.gateway.errors import GatewayError, unauthorized
 
 CLASS_HEADER = "x-flatshare-class"
 OPEN_TENANT = "open"
@@ -70,12 +70,7 @@ class Tenants:
             return None
         tenant = self._match(authorization)
         if tenant is None:
-            raise GatewayError(
-                401,
-                "a valid API key is required: send 'Authorization: Bearer <key>'",
-                "unauthorized",
-                "AuthenticationError",
-            )
+            raise unauthorized("a valid API key is required: send 'Authorization: Bearer <key>'")
         return tenant
 
     def admit(self, headers: Mapping[str, str], body_priority: object) -> Admission:
