@@ -13,6 +13,7 @@ noisy at 2 seeds), ranked the same way.
 reports the stock baseline's and make-room T=48's voice p95, turns over target and KV share of the wait.
 
     .venv/bin/python tools/seed_fit.py fit --out docs/results/colocation/seed-fit.md
+    .venv/bin/python tools/seed_fit.py fit --fix reserve_full_isl=False --out ...   (a slice of the grid)
     .venv/bin/python tools/seed_fit.py refine --grid docs/results/colocation/seed-fit.md --top 8 \
         --seeds 5 --duration 600 --out docs/results/colocation/seed-fit-refined.md
     .venv/bin/python tools/seed_fit.py sensitivity --out docs/results/colocation/sensitivity.md
@@ -114,8 +115,23 @@ def _mode(setup: Setup) -> str:
     return "async scheduling" if setup.async_scheduling else "synchronous scheduling"
 
 
-def fit(seeds: int, duration: float) -> list[str]:
-    return _rank(itertools.product(*GRID.values()), seeds, duration, "Grid fit")
+def _grid_value(name: str, text: str) -> Any:
+    """`text` as a value of the grid's parameter `name` (its type: that of the grid's values)."""
+    if name not in GRID:
+        raise SystemExit(f"--fix: {name!r} is not a grid parameter ({', '.join(GRID)})")
+    kind = type(GRID[name][0])
+    value = text == "True" if kind is bool else kind(text)
+    if value not in GRID[name]:
+        raise SystemExit(f"--fix: {name} takes one of {GRID[name]}, got {text!r}")
+    return value
+
+
+def fit(seeds: int, duration: float, fixed: dict[str, Any] | None = None) -> list[str]:
+    """Every grid point, or those with the `fixed` parameters at the given values (a slice of the grid)."""
+    fixed = fixed or {}
+    axes = [(fixed[name],) if name in fixed else values for name, values in GRID.items()]
+    title = "Grid fit" + (f" ({', '.join(f'{k} = {v}' for k, v in fixed.items())})" if fixed else "")
+    return _rank(itertools.product(*axes), seeds, duration, title)
 
 
 def refine(grid_table: Path, top: int, seeds: int, duration: float) -> list[str]:
@@ -177,11 +193,24 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--duration", type=float, default=300.0)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--fix",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="fit: run only the grid points with this parameter at this value (repeatable)",
+    )
     args = parser.parse_args()
     if args.mode == "refine":
         lines = refine(args.grid, args.top, args.seeds, args.duration)
+    elif args.mode == "fit":
+        fixed = {}
+        for item in args.fix:
+            name, _, text = item.partition("=")
+            fixed[name] = _grid_value(name, text)
+        lines = fit(args.seeds, args.duration, fixed)
     else:
-        lines = (fit if args.mode == "fit" else sensitivity)(args.seeds, args.duration)
+        lines = sensitivity(args.seeds, args.duration)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -43,6 +43,10 @@ class StepMix:
     head_tier_hit_tokens: int = 0
     head_does_not_fit: int = 0
     head_tier_hit_over_free: int = 0
+    # agents' tokens, over the whole run:
+    agent_prefill_tokens: int = 0
+    agent_decode_tokens: int = 0
+    agent_decode_only_steps_s: float = 0.0
 
     def report(self, virtual_s: float) -> dict[str, float]:
         bare = max(1, self.voice_decode_steps - self.voice_decode_with_agent_prefill)
@@ -65,6 +69,11 @@ class StepMix:
             "without_it_its_tier_hit_alone_over_free_kv_share": round(
                 self.head_tier_hit_over_free / waiting, 3
             ),
+            "agent_prefill_tokens_computed": self.agent_prefill_tokens,
+            "agent_decode_tokens": self.agent_decode_tokens,
+            "time_in_steps_with_agent_decode_and_no_prefill_share": round(
+                self.agent_decode_only_steps_s / virtual_s, 3
+            ),
         }
 
 
@@ -83,6 +92,14 @@ def _watch(engine: SimEngine, mix: StepMix) -> None:
         mix.busy_s += took
         agent_prefill = any(_is_agent(r) and n > 1 for r, n in report.scheduled.items())
         mix.agent_prefill_s += took if agent_prefill else 0.0
+        for request_id, n in report.scheduled.items():
+            if _is_agent(request_id):
+                if n > 1:
+                    mix.agent_prefill_tokens += n
+                else:
+                    mix.agent_decode_tokens += 1
+        if not agent_prefill and any(_is_agent(r) for r in report.scheduled):
+            mix.agent_decode_only_steps_s += took
         if not any(r.startswith("voice") and n == 1 for r, n in report.scheduled.items()):
             return
         mix.voice_decode_steps += 1
@@ -122,7 +139,14 @@ def step_mix(condition: str, seed: int, duration_s: float, changes: dict[str, An
     mix = StepMix()
     _watch(engine, mix)
     run_virtual(workload, [engine], until_s=duration_s, stop_s=duration_s + plan.drain_s)
-    return mix.report(engine.now)
+    agents = [r for r in engine.records.values() if _is_agent(r.id) and r.first_scheduled_s is not None]
+    tier = engine.cpu_tier_counters()
+    return {
+        **mix.report(engine.now),
+        "agent_requests_started": len(agents),
+        "agent_prompt_tokens_of_those": sum(r.prompt_tokens for r in agents),
+        "cpu_tier_tokens_loaded": tier.get("load_tokens", 0),
+    }
 
 
 def main() -> None:

@@ -6,7 +6,8 @@ sync or async scheduling) and make-room settings, runs stock vLLM and make-room 
 checks:
 - the engine never stalls and every request finishes with all its tokens;
 - at most `max_victims` preemptions a step, only of strictly lower priorities than the request they
-  were for, and that request is admitted in the same step (no wasted preemption);
+  were for, and that request is admitted in the same step (no wasted preemption), or, where the
+  victims' blocks come back a step later (async scheduling with the CPU tier), in the next one;
 - the hold never lasts more than `max_hold_steps` steps in a row;
 - with seat preemption on and one lower priority class, a protected request is first scheduled no later
   than under stock vLLM, but for a few steps that make-room's earlier actions can cost it
@@ -30,6 +31,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
+from vllm.v1.request import RequestStatus
 
 from flatshare.sim.config import EngineConfig, fitting_model_len
 from flatshare.sim.engine import SimEngine, SimResult
@@ -46,6 +48,7 @@ settings.register_profile("soak", max_examples=3000, deadline=None, suppress_hea
 PROFILE = os.environ.get("FLATSHARE_INVARIANTS", "ci")
 
 MAX_STEPS = 40_000
+LOADING = RequestStatus.WAITING_FOR_REMOTE_KVS  # admitted, its blocks held while a CPU-tier load runs
 BLOCK = 16
 
 
@@ -115,6 +118,8 @@ class Run:
     result: SimResult
     decisions: list[tuple[tuple[tuple[str, int], ...], tuple[str, ...]]]
     trace: list[dict[str, Any]]
+    # Per step: the requests it admitted or kept, scheduled or holding blocks for a CPU-tier load.
+    admitted: list[frozenset[str]]
 
 
 def simulate(scenario: Scenario, tmp: Path, make_room: dict[str, Any] | None) -> Run:
@@ -125,13 +130,17 @@ def simulate(scenario: Scenario, tmp: Path, make_room: dict[str, Any] | None) ->
         config = config.with_changes(scheduler="make-room", additional_config={"make_room": settings_})
     engine = SimEngine(config, load_profile())
     decisions: list[tuple[tuple[tuple[str, int], ...], tuple[str, ...]]] = []
-    schedule = engine.scheduler.schedule
+    admitted: list[frozenset[str]] = []
+    scheduler = engine.scheduler
+    schedule = scheduler.schedule
 
     def recording_schedule(*args: Any, **kwargs: Any) -> Any:
         output = schedule(*args, **kwargs)
         decisions.append(
             (tuple(sorted(output.num_scheduled_tokens.items())), tuple(sorted(output.preempted_req_ids)))
         )
+        loading = {r.request_id for r in scheduler.requests.values() if r.status == LOADING}
+        admitted.append(frozenset(output.num_scheduled_tokens) | loading)
         if len(decisions) > MAX_STEPS:
             raise AssertionError(f"no end after {MAX_STEPS} steps (livelock?)")
         return output
@@ -139,7 +148,7 @@ def simulate(scenario: Scenario, tmp: Path, make_room: dict[str, Any] | None) ->
     engine.scheduler.schedule = recording_schedule  # type: ignore[method-assign]
     result = engine.run(scenario.requests)
     trace = [json.loads(line) for line in trace_path.read_text().splitlines()] if trace_path.exists() else []
-    return Run(result, decisions, trace)
+    return Run(result, decisions, trace, admitted)
 
 
 def check_complete(run: Run, scenario: Scenario) -> None:
@@ -162,6 +171,25 @@ def check_preemptions(run: Run, scenario: Scenario) -> None:
     # while blocks the request would hit are still being stored or loaded, which make-room cannot ask about.
     if scenario.engine.cpu_tier_tokens == 0:
         assert counters["connector_deferred"] == 0
+
+
+def check_next_step_admissions(run: Run, scenario: Scenario) -> None:
+    """A request make-room preempted for whose victims' blocks come back only after the step in flight
+    (`next_step` in the trace: async scheduling with a KV connector that defers frees) is admitted in the
+    next step, scheduled or into a CPU-tier load, unless a request of the same or a better priority,
+    newly admitted in that step, took the room first."""
+    priority = {r.id: r.priority for r in scenario.requests}
+    for line in run.trace:
+        request_id = line.get("next_step")
+        if request_id is None:
+            continue
+        step = line["step"]  # vLLM's current_step: the step's 1-based index in run.admitted
+        assert step < len(run.admitted), line
+        before, after = run.admitted[step - 1], run.admitted[step]
+        if request_id in after:
+            continue
+        overtaken = [r for r in after - before if priority[r] <= priority[request_id]]
+        assert overtaken, f"{request_id} not admitted in the step after its victims were preempted: {line}"
 
 
 def check_hold_bound(run: Run, scenario: Scenario) -> None:
@@ -207,6 +235,7 @@ def test_make_room_invariants(scenario: Scenario, tmp_path_factory: pytest.TempP
     run = simulate(scenario, tmp, scenario.make_room)
     check_complete(run, scenario)
     check_preemptions(run, scenario)
+    check_next_step_admissions(run, scenario)
     check_hold_bound(run, scenario)
     check_protected_not_later(run, stock, scenario)
     if scenario.engine.policy == "fcfs":

@@ -301,7 +301,14 @@ def _run_scenario(
         for i, low in enumerate(lows):
             body = {**low_body, "prompt": _prompt(seed + i, case.low_prompt)}
             futures.append(pool.submit(_stream, server.url, low, body))
-            assert low.started.wait(FILL_DEADLINE_S), f"{name}: no first token\n{server.log_tail()}"
+            if not low.started.wait(FILL_DEADLINE_S):
+                if futures[-1].done():
+                    futures[-1].result()  # the stream's own error (HTTP status, timeout) is the failure
+                state = _metrics(_scrape(client))  # running requests and KV use when the first token is late
+                raise AssertionError(
+                    f"{name} (attempt {attempt}): {low.request_id} had no first token in {FILL_DEADLINE_S} s "
+                    f"({low.chunks} chunks; engine {state})\n{server.log_tail()}"
+                )
         if any(f.done() for f in futures):
             for future in futures:
                 future.result(timeout=STREAM_DEADLINE_S)  # a failed stream is a real failure

@@ -8,9 +8,10 @@ cites where each coefficient comes from. The cost of a step is
     + prefill_attn_pair_s * sum over prefill chunks of n * (context before the chunk + n / 2)
     + decode_ctx_token_s * sum over decodes of the context read
 
-Steps run one after another (no overlap), as in vLLM without async scheduling. Transfers to and from
-the CPU KV tier take `kv_bytes_per_token / cpu_load_bytes_per_s` a token on their own links beside the
-steps (`flatshare.sim.offload_worker`), priced by `load_time`.
+Steps execute one after another (no overlap), with or without async scheduling: vLLM's async
+scheduling prepares the next step while one executes, which hides scheduling work, not a step's.
+Transfers to and from the CPU KV tier take `kv_bytes_per_token / cpu_load_bytes_per_s` a token on
+their own links beside the steps (`flatshare.sim.offload_worker`), priced by `load_time`.
 
 `api_latency_s` (default 0) is the serving front end's share: one pass through vLLM's API server per
 request (HTTP, request processing, inter-process hops, output processing) that no engine step covers.
