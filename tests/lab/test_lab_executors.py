@@ -4,6 +4,12 @@ the others complete, run follow-up jobs, and run folders appear whole or not at 
 from __future__ import annotations
 
 import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +91,57 @@ def test_a_run_folder_appears_whole_or_not_at_all(tmp_path: Path) -> None:
     assert read_jsonl(target / "rows.jsonl") == [{"a": 0, "b": 2}]
     assert [p.name for p in target.parent.iterdir()] == ["s0"]
     assert (target / "run.json").read_text() == '{\n  "a": 2\n}\n'
+
+
+# A parent that runs slow jobs in two local workers, each printing its pid as it starts one.
+_SLOW_JOBS = textwrap.dedent(
+    r"""
+    import os, time
+    from flatshare.lab.executors import LocalExecutor
+    from flatshare.lab.jobs import Job
+
+    def slow(job):
+        os.write(1, b"%d\n" % os.getpid())  # one write: two workers' lines never interleave
+        time.sleep(60)
+
+    if __name__ == "__main__":
+        LocalExecutor(2).run([Job(f"c{i}", 0, i) for i in range(6)], slow)
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie nobody has reaped yet counts as ended: an init that does not reap is common in
+    containers)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return not stat.parent.parent.joinpath("self").exists()  # no /proc: os.kill's answer
+
+
+def test_local_workers_end_when_their_parent_is_killed(tmp_path: Path) -> None:
+    """Killed by SIGTERM, the parent leaves no workers behind: before, each went on with the job queued
+    to it, then waited for more for ever."""
+    script = tmp_path / "slow_jobs.py"
+    script.write_text(_SLOW_JOBS)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    workers: list[int] = []
+    try:
+        assert parent.stdout is not None
+        workers = [int(parent.stdout.readline()) for _ in range(2)]  # both workers are in a job
+        parent.send_signal(signal.SIGTERM)
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in workers if _alive(pid)], "workers outlived their parent"
+    finally:
+        for pid in [parent.pid, *workers]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        parent.wait(timeout=30)

@@ -16,6 +16,7 @@ filesystem every node sees.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -141,6 +142,25 @@ class _ProcessPool(_FuturePool):
         return [h for h in handles if h in done]  # submission order among those done
 
 
+PARENT_POLL_S = 0.5
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A local worker's initializer: end the worker when the process that started it is gone.
+
+    A `ProcessPoolExecutor` worker outlives a parent killed by a signal it does not handle (SIGTERM from a
+    job scheduler or `kill`): it went on with the jobs already queued to it, then waited for more for
+    ever. A daemon thread checks the parent's pid every `PARENT_POLL_S` seconds (a dead parent's
+    children are re-parented) and exits the worker at once, whatever job it is running."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            threading.Event().wait(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="flatshare-parent-watch", daemon=True).start()
+
+
 def default_workers() -> int:
     """One process per core, at most 2 (the machines this was built on have 2)."""
     return max(1, min(2, os.cpu_count() or 1))
@@ -166,7 +186,9 @@ class LocalExecutor:
     ) -> list[JobFailure]:
         if self.workers == 1:
             return _drive(_SerialPool(), jobs, fn, on_done, then)
-        with ProcessPoolExecutor(max_workers=self.workers) as pool:
+        with ProcessPoolExecutor(
+            max_workers=self.workers, initializer=_exit_with_parent, initargs=(os.getpid(),)
+        ) as pool:
             return _drive(_ProcessPool(pool), jobs, fn, on_done, then)
 
 
