@@ -3,6 +3,7 @@ the others complete, run follow-up jobs, and run folders appear whole or not at 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
@@ -129,7 +130,10 @@ def test_local_workers_end_when_their_parent_is_killed(tmp_path: Path) -> None:
     to it, then waited for more for ever."""
     script = tmp_path / "slow_jobs.py"
     script.write_text(_SLOW_JOBS)
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    # Its own process group: the finally below stops whatever of it is left, workers included.
+    parent = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     workers: list[int] = []
     try:
         assert parent.stdout is not None
@@ -141,7 +145,9 @@ def test_local_workers_end_when_their_parent_is_killed(tmp_path: Path) -> None:
             time.sleep(0.1)
         assert not [pid for pid in workers if _alive(pid)], "workers outlived their parent"
     finally:
-        for pid in [parent.pid, *workers]:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(parent.pid, signal.SIGKILL)
+        for pid in workers:  # re-parented workers keep the group, so killpg reached them too
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
         parent.wait(timeout=30)
