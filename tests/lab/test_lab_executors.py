@@ -94,10 +94,11 @@ def test_a_run_folder_appears_whole_or_not_at_all(tmp_path: Path) -> None:
     assert (target / "run.json").read_text() == '{\n  "a": 2\n}\n'
 
 
-# A parent that runs slow jobs in two local workers, each printing its pid as it starts one.
+# A parent that runs slow jobs in two local workers, each printing its pid as it starts one; the start
+# method (fork, forkserver, spawn) is its argument.
 _SLOW_JOBS = textwrap.dedent(
     r"""
-    import os, time
+    import multiprocessing, os, sys, time
     from flatshare.lab.executors import LocalExecutor
     from flatshare.lab.jobs import Job
 
@@ -106,6 +107,7 @@ _SLOW_JOBS = textwrap.dedent(
         time.sleep(60)
 
     if __name__ == "__main__":
+        multiprocessing.set_start_method(sys.argv[1])
         LocalExecutor(2).run([Job(f"c{i}", 0, i) for i in range(6)], slow)
     """
 )
@@ -125,14 +127,19 @@ def _alive(pid: int) -> bool:
         return not stat.parent.parent.joinpath("self").exists()  # no /proc: os.kill's answer
 
 
-def test_local_workers_end_when_their_parent_is_killed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("start_method", ["fork", "forkserver", "spawn"])
+def test_local_workers_end_when_their_parent_is_killed(tmp_path: Path, start_method: str) -> None:
     """Killed by SIGTERM, the parent leaves no workers behind: before, each went on with the job queued
-    to it, then waited for more for ever."""
+    to it, then waited for more for ever. Under every start method the workers run their jobs first (a
+    forkserver's workers are its children, not the pool's: a watch on the pool's pid ended them at once)."""
     script = tmp_path / "slow_jobs.py"
     script.write_text(_SLOW_JOBS)
     # Its own process group: the finally below stops whatever of it is left, workers included.
     parent = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, str(script), start_method],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     workers: list[int] = []
     try:

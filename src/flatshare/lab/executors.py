@@ -15,6 +15,8 @@ filesystem every node sees.
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.connection
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -142,20 +144,21 @@ class _ProcessPool(_FuturePool):
         return [h for h in handles if h in done]  # submission order among those done
 
 
-PARENT_POLL_S = 0.5
-
-
-def _exit_with_parent(parent: int) -> None:
-    """A local worker's initializer: end the worker when the process that started it is gone.
+def _exit_with_parent() -> None:
+    """A local worker's initializer: end the worker when the process that started the pool is gone.
 
     A `ProcessPoolExecutor` worker outlives a parent killed by a signal it does not handle (SIGTERM from a
     job scheduler or `kill`): it went on with the jobs already queued to it, then waited for more for
-    ever. A daemon thread checks the parent's pid every `PARENT_POLL_S` seconds (a dead parent's
-    children are re-parented) and exits the worker at once, whatever job it is running."""
+    ever. A daemon thread waits on multiprocessing's parent sentinel (a pipe the parent holds open, at its
+    end when the parent exits, under every start method) and exits the worker at once, whatever job it is
+    running. Not the parent pid: under forkserver a worker's parent is the forkserver, which lives as long
+    as any worker does."""
+    parent = multiprocessing.parent_process()
+    if parent is None:  # not started by multiprocessing: nothing to watch
+        return
 
     def watch() -> None:
-        while os.getppid() == parent:
-            threading.Event().wait(PARENT_POLL_S)
+        multiprocessing.connection.wait([parent.sentinel])
         os._exit(1)
 
     threading.Thread(target=watch, name="flatshare-parent-watch", daemon=True).start()
@@ -186,9 +189,7 @@ class LocalExecutor:
     ) -> list[JobFailure]:
         if self.workers == 1:
             return _drive(_SerialPool(), jobs, fn, on_done, then)
-        with ProcessPoolExecutor(
-            max_workers=self.workers, initializer=_exit_with_parent, initargs=(os.getpid(),)
-        ) as pool:
+        with ProcessPoolExecutor(max_workers=self.workers, initializer=_exit_with_parent) as pool:
             return _drive(_ProcessPool(pool), jobs, fn, on_done, then)
 
 
