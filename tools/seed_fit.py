@@ -115,15 +115,31 @@ def _mode(setup: Setup) -> str:
     return "async scheduling" if setup.async_scheduling else "synchronous scheduling"
 
 
-def _grid_value(name: str, text: str) -> Any:
-    """`text` as a value of the grid's parameter `name` (its type: that of the grid's values)."""
-    if name not in GRID:
-        raise SystemExit(f"--fix: {name!r} is not a grid parameter ({', '.join(GRID)})")
-    kind = type(GRID[name][0])
-    value = text == "True" if kind is bool else kind(text)
-    if value not in GRID[name]:
-        raise SystemExit(f"--fix: {name} takes one of {GRID[name]}, got {text!r}")
+def _typed(name: str, text: str) -> Any:
+    """`text` (as the tables print it) as a value of the grid's parameter `name`; ValueError if it is not
+    one of the grid's values."""
+    values = GRID[name]
+    if isinstance(values[0], bool):
+        value: Any = {"True": True, "False": False}.get(text)
+    else:
+        try:
+            value = type(values[0])(text)
+        except ValueError:
+            value = None
+    if value not in values:
+        raise ValueError(f"{name} takes one of {values}, got {text!r}")
     return value
+
+
+def _grid_value(item: str) -> tuple[str, Any]:
+    """One `--fix NAME=VALUE`: the grid parameter and its value; SystemExit with the reason if not."""
+    name, sep, text = item.partition("=")
+    if not sep or name not in GRID:
+        raise SystemExit(f"--fix: want NAME=VALUE with NAME one of {', '.join(GRID)}, got {item!r}")
+    try:
+        return name, _typed(name, text)
+    except ValueError as exc:
+        raise SystemExit(f"--fix: {exc}") from None
 
 
 def fit(seeds: int, duration: float, fixed: dict[str, Any] | None = None) -> list[str]:
@@ -139,11 +155,10 @@ def refine(grid_table: Path, top: int, seeds: int, duration: float) -> list[str]
     rows = [
         line for line in grid_table.read_text().splitlines() if line.startswith("| ") and line[2].isdigit()
     ]
-    kinds = [type(values[0]) for values in GRID.values()]
     points = []
     for line in rows[:top]:
-        cells = [c.strip() for c in line.strip("|").split("|")][1 : 1 + len(kinds)]
-        points.append(tuple(c == "True" if k is bool else k(c) for k, c in zip(kinds, cells, strict=True)))
+        cells = [c.strip() for c in line.strip("|").split("|")][1 : 1 + len(GRID)]
+        points.append(tuple(_typed(name, c) for name, c in zip(GRID, cells, strict=True)))
     return _rank(points, seeds, duration, f"The {top} best grid points re-run")
 
 
@@ -201,14 +216,12 @@ def main() -> None:
         help="fit: run only the grid points with this parameter at this value (repeatable)",
     )
     args = parser.parse_args()
+    if args.fix and args.mode != "fit":
+        parser.error("--fix: only with fit")
     if args.mode == "refine":
         lines = refine(args.grid, args.top, args.seeds, args.duration)
     elif args.mode == "fit":
-        fixed = {}
-        for item in args.fix:
-            name, _, text = item.partition("=")
-            fixed[name] = _grid_value(name, text)
-        lines = fit(args.seeds, args.duration, fixed)
+        lines = fit(args.seeds, args.duration, dict(_grid_value(item) for item in args.fix))
     else:
         lines = sensitivity(args.seeds, args.duration)
     text = "\n".join(lines) + "\n"

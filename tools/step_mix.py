@@ -90,15 +90,13 @@ def _watch(engine: SimEngine, mix: StepMix) -> None:
     def on_step(report: StepReport) -> None:
         took = report.end_s - report.start_s
         mix.busy_s += took
-        agent_prefill = any(_is_agent(r) and n > 1 for r, n in report.scheduled.items())
+        agents = [n for r, n in report.scheduled.items() if _is_agent(r)]
+        prefill = [n for n in agents if n > 1]
+        agent_prefill = bool(prefill)
         mix.agent_prefill_s += took if agent_prefill else 0.0
-        for request_id, n in report.scheduled.items():
-            if _is_agent(request_id):
-                if n > 1:
-                    mix.agent_prefill_tokens += n
-                else:
-                    mix.agent_decode_tokens += 1
-        if not agent_prefill and any(_is_agent(r) for r in report.scheduled):
+        mix.agent_prefill_tokens += sum(prefill)
+        mix.agent_decode_tokens += len(agents) - len(prefill)
+        if agents and not agent_prefill:
             mix.agent_decode_only_steps_s += took
         if not any(r.startswith("voice") and n == 1 for r, n in report.scheduled.items()):
             return

@@ -120,11 +120,11 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    stat = Path(f"/proc/{pid}/stat")
     try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return not stat.parent.parent.joinpath("self").exists()  # no /proc: os.kill's answer
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:  # gone since os.kill, or no /proc here (then os.kill's answer stands)
+        return not Path("/proc/self").exists()
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # the state follows the command's closing ")"
 
 
 @pytest.mark.parametrize("start_method", ["fork", "forkserver", "spawn"])

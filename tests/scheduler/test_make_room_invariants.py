@@ -145,7 +145,7 @@ def simulate(scenario: Scenario, tmp: Path, make_room: dict[str, Any] | None) ->
             raise AssertionError(f"no end after {MAX_STEPS} steps (livelock?)")
         return output
 
-    engine.scheduler.schedule = recording_schedule  # type: ignore[method-assign]
+    scheduler.schedule = recording_schedule  # type: ignore[method-assign]
     result = engine.run(scenario.requests)
     trace = [json.loads(line) for line in trace_path.read_text().splitlines()] if trace_path.exists() else []
     return Run(result, decisions, trace, admitted)

@@ -304,7 +304,10 @@ def _run_scenario(
             if not low.started.wait(FILL_DEADLINE_S):
                 if futures[-1].done():
                     futures[-1].result()  # the stream's own error (HTTP status, timeout) is the failure
-                state = _metrics(_scrape(client))  # running requests and KV use when the first token is late
+                try:  # running requests and KV use when the first token is late
+                    state: object = _metrics(_scrape(client))
+                except httpx.HTTPError as exc:  # a hung server: its log tail below still says why
+                    state = f"/metrics unanswered ({exc!r})"
                 raise AssertionError(
                     f"{name} (attempt {attempt}): {low.request_id} had no first token in {FILL_DEADLINE_S} s "
                     f"({low.chunks} chunks; engine {state})\n{server.log_tail()}"
