@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -142,4 +144,21 @@ def test_a_server_that_cannot_start_reports_its_log(tmp_path: Path) -> None:
     with pytest.raises(VllmServerError, match="exited with code") as caught:
         handle.start()
     assert str(handle.log_path) in str(caught.value)
+    assert not handle.running()
+
+
+@pytest.mark.parametrize("exits", [False, True])
+def test_an_error_inside_the_block_carries_the_servers_state_and_log(tmp_path: Path, exits: bool) -> None:
+    handle = VllmServer(VllmServerConfig(model=tmp_path), log_dir=tmp_path)
+    handle.log_path.write_text("INFO engine started\nERROR EngineCore died\n")
+    # A stand-in process (the note reads only its exit code and the log); `stop()` ends its group.
+    script = "raise SystemExit(3)" if exits else "import time; time.sleep(60)"
+    handle._process = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    if exits:
+        handle._process.wait(timeout=30)
+    error = RuntimeError("calibration failed: ReadError")
+    handle.__exit__(RuntimeError, error, None)  # what `with handle:` does when its block raises
+    note = "\n".join(getattr(error, "__notes__", []))
+    assert ("had exited with code 3" if exits else "still running") in note
+    assert "ERROR EngineCore died" in note and str(handle.log_path) in note
     assert not handle.running()

@@ -127,8 +127,7 @@ def experiment_admission_endpoint(
     its routing (also on error or Ctrl-C), then build the report from the saved runs. `on_progress(done,
     total)` is called after each run. Returns the summary and the seconds it all took."""
     options = options or EndpointOptions()
-    import httpx
-
+    from flatshare import httpclient
     from flatshare.admission.gatewayclient import TIMEOUT, check_gateway, put_routing
     from flatshare.admission.plan import trace_cases
 
@@ -143,7 +142,7 @@ def experiment_admission_endpoint(
         raise InputError(f"--sharegpt: {sharegpt}: no such file")
     if seeds is not None and seeds < 1:
         raise InputError(f"--seeds must be >= 1, got {seeds}")
-    with httpx.Client(timeout=TIMEOUT) as client:
+    with httpclient.client(TIMEOUT) as client:
         gateway = check_gateway(endpoint, options.admin_token, options.model, client)
         base = SyntheticPlan(seeds=seeds) if seeds is not None else SyntheticPlan()
         synthetic = synthetic_for_endpoint(base, options, len(gateway.backends), gateway.max_model_len)

@@ -49,6 +49,7 @@ from typing import Any
 
 import httpx
 
+from flatshare import httpclient
 from flatshare.admission.endpointfacts import synthetic_facts, trace_facts
 from flatshare.admission.endpointplan import EndpointPlan, routing_change
 from flatshare.admission.endpointworkloads import alone_workload, salted
@@ -83,7 +84,7 @@ class EndpointExperiment:
 
     async def run(self) -> None:
         write_marker(self.out, self.plan.marker())
-        async with httpx.AsyncClient(timeout=TIMEOUT) as client:
+        async with httpclient.async_client(TIMEOUT) as client:
             for seed in range(self.plan.synthetic.seeds):
                 await self._synthetic_seed(client, seed)
             if self.plan.trace_s:

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from flatshare import httpclient
 from flatshare.errors import InputError
 from flatshare.protocol.models import PATH as MODELS_PATH
 from flatshare.protocol.models import first_model
@@ -74,7 +75,7 @@ def check_gateway(
     The token is tried by re-sending the routing in force (a PUT that changes nothing)."""
     base = normalize_url(url)
     own = client is None
-    client = client or httpx.Client(timeout=TIMEOUT)
+    client = client or httpclient.client(TIMEOUT)
     try:
         rows = _get(client, base, "/gateway/backends")
         routing = _get(client, base, "/gateway/routing")

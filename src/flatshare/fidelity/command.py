@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from flatshare import enginelog
+from flatshare import enginelog, httpclient
 from flatshare.errors import InputError
 from flatshare.fidelity.calibrate import CalibrationPlan, check_kv, run_probes
 from flatshare.fidelity.compare import Bounds, compare
@@ -120,7 +120,7 @@ async def _calibrate(
     endpoint: str, plan: CalibrationPlan, on_progress: Callable[[str], None] | None
 ) -> tuple[ServerInfo, list[Probe], dict[str, Any]]:
     timeout = httpx.Timeout(120.0, connect=10.0)
-    async with httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=64)) as client:
+    async with httpclient.async_client(timeout, max_connections=64) as client:
         info = await server_info(client, endpoint)
         if on_progress:
             on_progress("KV capacity check")
@@ -223,7 +223,7 @@ def fidelity_command(
 
 
 async def _server(endpoint: str) -> ServerInfo:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=10.0)) as client:
+    async with httpclient.async_client(httpx.Timeout(30.0, connect=10.0)) as client:
         return await server_info(client, endpoint)
 
 

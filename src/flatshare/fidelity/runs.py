@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from flatshare import httpclient
 from flatshare.fidelity.measures import RunMetrics, run_metrics
 from flatshare.fidelity.probes import ServerInfo, histogram, metric, scrape, stream_completion, unique_prompt
 from flatshare.replay.command import load_workload, replay_command
@@ -59,14 +60,14 @@ async def clear_prefix_cache(info: ServerInfo, vocab_size: int, seed: int) -> in
     per_request = math.ceil(length / info.block_size)
     n = math.ceil((info.num_gpu_blocks - 1) / per_request) + 1
     rng = random.Random(f"flush-{seed}")
-    async with httpx.AsyncClient(timeout=httpx.Timeout(120.0, connect=10.0)) as client:
+    async with httpclient.async_client(httpx.Timeout(120.0, connect=10.0)) as client:
         for _ in range(n):
             await stream_completion(client, info, unique_prompt(rng, length, vocab_size), 1)
     return n
 
 
 async def _snapshot(url: str) -> str:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=10.0)) as client:
+    async with httpclient.async_client(httpx.Timeout(30.0, connect=10.0)) as client:
         return await scrape(client, url)
 
 

@@ -24,6 +24,8 @@ from typing import Protocol
 
 import httpx
 
+from flatshare import httpclient
+
 UPSTREAM_CLIENTS = ("auto", "native", "httpx")
 
 
@@ -122,7 +124,7 @@ class HttpxUpstream:
         max_connections: int,
         default_headers: Mapping[str, str] | None = None,
     ) -> None:
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=256)
+        limits = httpclient.limits(max_connections, max_keepalive_connections=256)
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
         self._client = httpx.AsyncClient(limits=limits, timeout=timeout, headers=dict(default_headers or {}))
 

@@ -19,11 +19,8 @@ from contextlib import asynccontextmanager
 import httpcore
 import httpx
 
+from flatshare import httpclient
 from flatshare.replay.timed_net import TimedBackend
-
-# Drop an idle connection before the server does (uvicorn, so vLLM and serve-sim: after 5 s), so a
-# request never races the server closing it (which fails it with "Server disconnected").
-KEEPALIVE_S = 2.0
 
 
 class ClientPool:
@@ -64,13 +61,13 @@ class ClientPool:
     def _timed_transport(self) -> httpx.AsyncHTTPTransport:
         """httpx's transport over one connection of the timestamping backend (`timed_net`). httpx has no
         parameter for httpcore's `network_backend`, so its pool is replaced by an equal one that has it."""
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=KEEPALIVE_S)
+        limits = httpclient.limits(max_connections=1, max_keepalive_connections=1)
         transport = httpx.AsyncHTTPTransport(verify=self.ssl, limits=limits)
         transport._pool = httpcore.AsyncConnectionPool(
             ssl_context=self.ssl,
             max_connections=1,
             max_keepalive_connections=1,
-            keepalive_expiry=KEEPALIVE_S,
+            keepalive_expiry=httpclient.KEEPALIVE_S,  # idle ones dropped before the server drops them
             network_backend=TimedBackend(),
         )
         return transport

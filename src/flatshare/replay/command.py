@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from flatshare import enginelog
+from flatshare import enginelog, httpclient
 from flatshare.errors import InputError
 from flatshare.replay.endpoints import Endpoint, discover, normalize_url
 from flatshare.replay.ledger import Ledger
@@ -127,7 +127,7 @@ async def _replay_endpoints(
     show_progress: bool,
     run: dict[str, Any],
 ) -> None:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(10.0, connect=5.0)) as client:
+    async with httpclient.async_client(httpx.Timeout(10.0, connect=5.0)) as client:
         endpoints: list[Endpoint] = list(await asyncio.gather(*(discover(client, url) for url in urls)))
     lengths = [e.max_model_len for e in endpoints if e.max_model_len]
     clip = max_model_len or (min(lengths) if lengths else None)

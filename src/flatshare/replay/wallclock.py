@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from flatshare import httpclient
 from flatshare.replay import body
 from flatshare.replay.clients import ClientPool
 from flatshare.replay.endpoints import Endpoint, sticky_index
@@ -177,7 +178,7 @@ async def run_wallclock(
     probe_timeout = httpx.Timeout(max(2.0, options.sample_interval_s * 4), connect=2.0)
     clients = ClientPool(timeout, transport)
     body.warm({request.vocab_size for request in workload.requests()})
-    async with httpx.AsyncClient(timeout=probe_timeout, verify=clients.ssl, transport=transport) as probe:
+    async with httpclient.async_client(probe_timeout, verify=clients.ssl, transport=transport) as probe:
         if not ledger.records:
             ledger.clock.start()  # second 0 is when the sessions start, after the set-up
         driver = _Driver(workload, endpoints, options, ledger, clients, on_progress, on_response)

@@ -238,6 +238,12 @@ class VllmServer:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
+        """Stop the server. An error raised inside the block gets a note with the server's state and its
+        log tail: a failed request alone cannot say whether the engine died or the client gave up."""
+        if isinstance(error, Exception) and self._process is not None:
+            code = self._process.poll()
+            state = "still running" if code is None else f"had exited with code {code}"
+            error.add_note(f"vLLM server {self.url} {state} when this was raised\n{self.log_tail()}")
         self.stop()
 
 
