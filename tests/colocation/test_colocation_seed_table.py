@@ -16,7 +16,7 @@ def _condition(**fields: Any) -> ConditionResult:
     """A condition with only `fields` measured (counts 0, figures None)."""
     empty: dict[str, Any] = {}
     for f in dataclasses.fields(ConditionResult):
-        if f.default is dataclasses.MISSING:
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             empty[f.name] = 0 if f.type == "int" else () if f.type.startswith("tuple[Seconds, ...]") else None
     empty["make_room"] = empty["baseline_counters"] = {}
     return ConditionResult(**{**empty, **fields})
@@ -31,6 +31,7 @@ def _summary(**priority: float) -> ColocationSummary:
         "voice_ttft_mean_s": 2.81,
         "stage_first_sentence_mean_s": 1.07,
         "agent_ttft_max_s": 100.0,
+        "voice_call_ci": {"voice_over_10s_frac": (0.002, 0.03), "voice_turn_p50_s": (1.5, 2.6)},
         **priority,
     }
     alone = {"voice_turn_p95_s": 1.8, "voice_ttft_mean_s": 0.09, "stage_first_sentence_mean_s": 0.22}
@@ -42,6 +43,7 @@ def test_rows_carry_seed_value_ratio_and_whether_they_were_fitted() -> None:
     rows = {r.row: r for r in seed_comparison(_summary())}
     p95 = rows["stock vLLM (priority): voice turn p95 s"]
     assert p95 == SeedComparisonRow(p95.row, seed=10.48, flatshare=10.0, ratio=0.954, fitted=True, hit=True)
+    assert p95.ci is None  # the summary has no interval for it
     assert p95.to_json() == {
         "row": p95.row,
         "seed": 10.48,
@@ -49,7 +51,12 @@ def test_rows_carry_seed_value_ratio_and_whether_they_were_fitted() -> None:
         "ratio": 0.954,
         "fitted": True,
         "hit": True,
+        "ci": None,
     }
+    over_10s = rows["stock vLLM: turns over 10 s"]
+    assert over_10s.ci == (0.002, 0.03) and over_10s.hit is False  # a hit is judged on the figure alone
+    ratio_row = rows["make-room T=48: agents' slowest first token vs stock"]
+    assert ratio_row.ci is None  # a ratio between conditions has no interval
     assert rows["stock vLLM: voice turn median s"].hit is False  # 2.0 against 4.61
     assert rows["stock vLLM: turns over target"].hit is True  # 5 points off
     assert rows["stock vLLM: turns over 10 s"].hit is False  # 1% against 7%: a small share is held to 25%
@@ -62,8 +69,8 @@ def test_rows_carry_seed_value_ratio_and_whether_they_were_fitted() -> None:
 
 def test_table_marks_misses_and_predictions() -> None:
     text = "\n".join(seed_table_lines(seed_comparison(_summary())))
-    assert "| stock vLLM: voice turn median s | 4.61 | 2 | 0.43 | fitted | **no** |" in text
-    assert "| make-room T=48: voice turn p95 s | 2.24 | - | - | predicted | - |" in text
+    assert "| stock vLLM: voice turn median s | 4.61 | 2 | 1.5-2.6 | 0.43 | fitted | **no** |" in text
+    assert "| make-room T=48: voice turn p95 s | 2.24 | - | - | - | predicted | - |" in text
 
 
 def test_setup_lists_the_unstated_parameters_only_for_the_seed_preset() -> None:

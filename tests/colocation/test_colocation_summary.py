@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from flatshare.colocation.runs import SavedRun
@@ -68,3 +70,30 @@ def test_target_failed_turns_and_throughput() -> None:
 def test_summary_needs_the_alone_condition() -> None:
     with pytest.raises(ValueError, match="alone"):
         summarize([run("vllm-priority", [voice(0, 0.0, 1.0)])])
+
+
+def test_intervals_resample_whole_calls() -> None:
+    pipeline = VoicePipeline()
+    alone = run("alone", [voice(i, 10.0 * i, 0.3) for i in range(10)])
+
+    def call(name: str, level: float) -> list[ReplayRecord]:
+        return [dataclasses.replace(voice(i, 10.0 * i, level), session_id=name) for i in range(5)]
+
+    # Two seeds whose calls are named alike: four calls in all, two slow ones (4 s) and two fast ones (1 s).
+    runs = [run("vllm-priority", call("a", 4.0) + call("b", 1.0), seed=s) for s in (0, 1)]
+    one_call = run("make-room-t48", call("a", 0.35))
+    summary = summarize([alone, *runs, one_call], pipeline)
+    ci = summary.conditions["vllm-priority"].voice_call_ci
+    fixed = pipeline.fixed_s
+    low, high = ci["voice_turn_p50_s"]
+    assert fixed + 1.0 - 1e-6 <= low <= high <= fixed + 4.0 + 1e-6 and high - low > 1.0  # spans call levels
+    assert 0.0 <= ci["voice_over_target_frac"][0] <= ci["voice_over_target_frac"][1] <= 1.0
+    # Not stage_first_sentence_mean_s: hand-made records have no engine-side schedule time.
+    assert set(ci) == {
+        "voice_turn_p50_s",
+        "voice_turn_p95_s",
+        "voice_over_target_frac",
+        "voice_over_10s_frac",
+        "voice_ttft_mean_s",
+    }
+    assert summary.conditions["make-room-t48"].voice_call_ci == {}  # one call: no interval

@@ -62,6 +62,8 @@ class ConditionResult:
     agent_throughput_ratio: float | None = None
     agent_throughput_ratio_alone: float | None = None
     paired_vs_vllm_priority: PairedComparison | None = None
+    # 95% intervals by field, resampling whole calls (`flatshare.colocation.summary.call_cis`)
+    voice_call_ci: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
     def nth_token_median(self, n: int) -> Seconds:
         """Median time from send to the n-th output token (1-based), None past the measured range."""
@@ -86,7 +88,9 @@ class CallerResult:
 class SeedComparisonRow:
     """One figure of the first seed's table beside this experiment's (`flatshare.colocation.seed_table`).
 
-    `flatshare`, `ratio` and `hit` are None when the runs lack the condition the row needs.
+    `flatshare`, `ratio` and `hit` are None when the runs lack the condition the row needs. `ci`: the
+    interval of `flatshare` resampling whole calls, for rows that read one condition's voice figure (None
+    for ratios between conditions and per-token rows). `hit` is judged on `flatshare` alone.
     """
 
     row: str
@@ -95,6 +99,7 @@ class SeedComparisonRow:
     ratio: float | None
     fitted: bool
     hit: bool | None
+    ci: tuple[float, float] | None = None  # flatshare's 95% interval, resampling whole calls
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

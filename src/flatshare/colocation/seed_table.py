@@ -6,6 +6,11 @@ a row says otherwise). Fitted rows are the stock-vLLM rows (`vllm-priority` and 
 unstated parameters were chosen on them only (`flatshare.colocation.setup`). A row is a hit when flatshare is
 within 25% of the seed; the two shares of turns over target (stock and T=48) within 10 points, as the
 issue that set these tolerances asks (a small share, such as 1 in 14 over 10 s, is held to 25%).
+
+Rows that read one condition's voice figure also carry flatshare's 95% interval, resampling whole calls
+(`ConditionResult.voice_call_ci`). A hit is judged on the figure alone; the interval says whether a miss
+could be this experiment's sampling noise. The seed gives no intervals and does not say how many turns
+each of its figures pools.
 """
 
 from __future__ import annotations
@@ -36,15 +41,29 @@ class SeedRow:
     share: bool = False  # a share of turns over target: compared in points, not as a ratio
 
 
+@dataclass(frozen=True)
+class _Field:
+    """A getter of one condition's figure (2 callers); also finds its interval (`ConditionResult.voice_call_ci`)."""
+
+    condition: str
+    field: str
+
+    def __post_init__(self) -> None:
+        if self.field not in _FIELDS:
+            raise ValueError(f"seed table: {self.field!r} is not a field of ConditionResult")
+
+    def __call__(self, s: ColocationSummary) -> float | None:
+        m = s.conditions.get(self.condition)
+        return None if m is None else getattr(m, self.field)
+
+    def ci(self, s: ColocationSummary) -> tuple[float, float] | None:
+        m = s.conditions.get(self.condition)
+        found = None if m is None else m.voice_call_ci.get(self.field)
+        return None if found is None else (float(found[0]), float(found[1]))
+
+
 def _m(condition: str, field: str) -> Getter:
-    if field not in _FIELDS:
-        raise ValueError(f"seed table: {field!r} is not a field of ConditionResult")
-
-    def get(s: ColocationSummary) -> float | None:
-        m = s.conditions.get(condition)
-        return None if m is None else getattr(m, field)
-
-    return get
+    return _Field(condition, field)
 
 
 def _ratio(a: Getter, b: Getter) -> Getter:
@@ -151,6 +170,7 @@ def seed_comparison(summary: ColocationSummary) -> tuple[SeedComparisonRow, ...]
     out = []
     for row in SEED_ROWS:
         value = row.get(summary)
+        ci = row.get.ci(summary) if isinstance(row.get, _Field) and value is not None else None
         out.append(
             SeedComparisonRow(
                 row=row.row,
@@ -159,6 +179,7 @@ def seed_comparison(summary: ColocationSummary) -> tuple[SeedComparisonRow, ...]
                 ratio=None if value is None else round(float(value) / row.seed, 3),
                 fitted=row.fitted,
                 hit=None if value is None else _hit(row, float(value)),
+                ci=ci,
             )
         )
     return tuple(out)
@@ -167,15 +188,16 @@ def seed_comparison(summary: ColocationSummary) -> tuple[SeedComparisonRow, ...]
 def seed_table_lines(rows: tuple[SeedComparisonRow, ...]) -> list[str]:
     """The comparison as a markdown table."""
     lines = [
-        "| row | seed | flatshare | ratio | fitted or predicted | within 25% (10 points) |",
-        "|---|---|---|---|---|---|",
+        "| row | seed | flatshare | 95% CI (calls resampled) | ratio | fitted or predicted | within 25% (10 points) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         value = "-" if r.flatshare is None else f"{r.flatshare:.3g}"
+        ci = "-" if r.ci is None else f"{r.ci[0]:.3g}-{r.ci[1]:.3g}"
         ratio = "-" if r.ratio is None else f"{r.ratio:.2f}"
         hit = "-" if r.hit is None else ("yes" if r.hit else "**no**")
         kind = "fitted" if r.fitted else "predicted"
-        lines.append(f"| {r.row} | {r.seed:.3g} | {value} | {ratio} | {kind} | {hit} |")
+        lines.append(f"| {r.row} | {r.seed:.3g} | {value} | {ci} | {ratio} | {kind} | {hit} |")
     return lines
 
 

@@ -5,6 +5,8 @@
 caller count, and `by_callers.<n>` with `target_s` and `conditions` for each caller count. Under
 `conditions.<key>`: `n_runs`, `n_voice_turns`, `voice_failed_turns`, `voice_turn_p50_s`,
 `voice_turn_p95_s`, `voice_turn_p95_ci` ([low, high], 95% bootstrap over turns), `voice_turn_p99_s`,
+`voice_call_ci` (95% intervals, resampling whole calls, of the figures the seed's table compares: keyed
+by field, e.g. `voice_over_10s_frac`: [low, high]),
 `voice_over_target_frac`, `voice_over_target_turns`, `voice_over_10s_frac` (turns over 10 s of silence),
 `voice_ttft_mean_s`, `voice_first_sentence_mean_s` (send to end of first
 sentence), `stage_waiting_mean_s`, `stage_prefill_mean_s`, `stage_first_sentence_mean_s`,
@@ -37,7 +39,7 @@ from flatshare.colocation.results import CallerResult, ColocationSummary, Condit
 from flatshare.colocation.runs import SavedRun
 from flatshare.colocation.seed_table import seed_comparison
 from flatshare.colocation.voice import VoicePipeline, turn_stages
-from flatshare.lab.stats import bootstrap_ci, paired_ttest, percentile
+from flatshare.lab.stats import bootstrap_ci, cluster_bootstrap_ci, paired_ttest, percentile
 from flatshare.sim.waits import WAIT_PARTS
 
 SUMMARY_VERSION = 1
@@ -86,6 +88,43 @@ def wait_parts(voice: list[Any]) -> dict[str, Any]:
         if total > 0
         else None,
     }
+
+
+def call_cis(
+    runs: list[SavedRun], target_s: float, pipeline: VoicePipeline
+) -> dict[str, tuple[float, float]]:
+    """95% confidence intervals of the voice figures the seed's table compares, resampling whole calls (a
+    run's voice session: its turns are not independent; `cluster_bootstrap_ci`). Keyed by the
+    `ConditionResult` field each interval belongs to; a figure with fewer than 2 calls is left out."""
+    turns: dict[tuple[int, str], list[float]] = defaultdict(list)
+    ttfts: dict[tuple[int, str], list[float]] = defaultdict(list)
+    sentences: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for run in runs:
+        for r in run.records:
+            if r.cls != "voice":
+                continue
+            call = (run.seed, r.session_id)
+            turns[call].append(pipeline.turn_latency(r))
+            if r.ttft_s is not None:
+                ttfts[call].append(r.ttft_s)
+            stages = turn_stages(r)
+            if stages is not None:
+                sentences[call].append(stages.first_sentence_s)
+    by_turn = [np.asarray(t) for t in turns.values()]
+    figures: dict[str, tuple[list[Any], float | None]] = {
+        "voice_turn_p50_s": (by_turn, 50.0),
+        "voice_turn_p95_s": (by_turn, 95.0),
+        "voice_over_target_frac": ([(t > target_s).astype(float) for t in by_turn], None),
+        "voice_over_10s_frac": ([(t > LONG_SILENCE_S).astype(float) for t in by_turn], None),
+        "voice_ttft_mean_s": (list(ttfts.values()), None),
+        "stage_first_sentence_mean_s": (list(sentences.values()), None),
+    }
+    out: dict[str, tuple[float, float]] = {}
+    for name, (groups, q) in figures.items():
+        ci = cluster_bootstrap_ci(groups, q)
+        if ci is not None:
+            out[name] = (round(ci.low, 4), round(ci.high, 4))
+    return out
 
 
 def _mean_counters(runs: list[SavedRun], name: str) -> dict[str, float | None]:
@@ -138,6 +177,7 @@ def condition_metrics(runs: list[SavedRun], target_s: float, pipeline: VoicePipe
         ),
         nth_token_median_s=tuple(_nth_token(voice, 50)),
         nth_token_p95_s=tuple(_nth_token(voice, 95)),
+        voice_call_ci=call_cis(runs, target_s, pipeline),
         **wait_parts(voice),
     )
 

@@ -36,6 +36,53 @@ def bootstrap_ci(
     return Interval(float(np.percentile(data, q)), float(low), float(high))
 
 
+def cluster_bootstrap_ci(
+    groups: Sequence[Sequence[float]],
+    q: float | None = None,
+    level: float = 0.95,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> Interval | None:
+    """Percentile-bootstrap confidence interval for the mean (`q` None) or the q-th percentile (numpy's
+    linear interpolation) of the pooled values, resampling whole groups with replacement (a cluster
+    bootstrap): the turns of one voice call share its dialogue and the engine's state, so they are not
+    independent, and resampling turns one by one would understate the spread. A share of values over a
+    bound is the mean of 0/1 values. Empty groups are dropped; None when fewer than 2 groups are left.
+
+    Vectorized: a resample is a count per group, so its mean is a ratio of weighted sums and its
+    percentile is read off the cumulative counts of the sorted values (no array is pooled per resample)."""
+    arrays = [np.asarray(g, dtype=float) for g in groups]
+    arrays = [a for a in arrays if len(a)]
+    if len(arrays) < 2:
+        return None
+    n_groups = len(arrays)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, n_groups, size=(resamples, n_groups))
+    counts = np.zeros((resamples, n_groups))
+    np.add.at(counts, (np.arange(resamples)[:, None], draws), 1.0)
+    values = np.concatenate(arrays)
+    if q is None:
+        estimate = float(values.mean())
+        sums = np.array([a.sum() for a in arrays])
+        sizes = np.array([len(a) for a in arrays], dtype=float)
+        estimates = (counts @ sums) / (counts @ sizes)
+    else:
+        estimate = float(np.percentile(values, q))
+        group = np.repeat(np.arange(n_groups), [len(a) for a in arrays])
+        order = np.argsort(values, kind="stable")
+        ordered = values[order]
+        cumulative = np.cumsum(counts[:, group[order]], axis=1)  # copies of sorted values up to each one
+        rank = q / 100 * (cumulative[:, -1] - 1)  # the percentile's place in the pooled resample
+        below = np.floor(rank)
+        last = len(ordered) - 1
+        lo = np.minimum((cumulative <= below[:, None]).sum(axis=1), last)
+        hi = np.minimum((cumulative <= below[:, None] + 1).sum(axis=1), last)
+        estimates = ordered[lo] + (rank - below) * (ordered[hi] - ordered[lo])
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(estimates, [tail, 100 - tail])
+    return Interval(estimate, float(low), float(high))
+
+
 @dataclass(frozen=True)
 class PairedTest:
     mean_difference: float
