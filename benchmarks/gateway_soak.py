@@ -285,7 +285,9 @@ class Children:
     def start(self, cmd: list[str], log_name: str, stop_first: bool = False) -> subprocess.Popen[bytes]:
         log = (self.folder / log_name).open("ab")
         self._logs.append(log)
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        # Own process group (no terminal signals), this session: a new session is a CPU group of its own
+        # under Linux's autogroup scheduling (see flatshare.testing.vllm_server).
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, process_group=0)
         self.procs.append(proc)
         if stop_first:
             self.first.append(proc)

@@ -283,14 +283,17 @@ def _run_scenario(
         "stream_interval": LOW_STREAM_INTERVAL,
     }
     seed = 1000 * attempt  # fresh prompts: nothing from an earlier attempt is in the prefix cache
-    # The high-priority request's client exists before the scenario starts: building one loads the CA
-    # bundle into an SSL context, which took ~25 s once in a CI run while vLLM kept both cores busy.
-    high_client = httpx.Client(base_url=server.url, timeout=HTTP_TIMEOUT)
-    with (
-        ThreadPoolExecutor(max_workers=2) as pool,
-        httpx.Client(base_url=server.url, timeout=10.0) as client,
-        high_client,
-    ):
+    # Every client exists before the scenario starts: building one loads the CA bundle into an SSL context
+    # (~30 ms of CPU), work this process does not have to do while vLLM keeps both cores busy. (When the
+    # server ran in a session of its own, such a burst waited in the run queue for a whole decode, GIL held:
+    # see flatshare.testing.vllm_server.)
+    with contextlib.ExitStack() as stack:
+        low_clients = [
+            stack.enter_context(httpx.Client(base_url=server.url, timeout=HTTP_TIMEOUT)) for _ in lows
+        ]
+        high_client = stack.enter_context(httpx.Client(base_url=server.url, timeout=HTTP_TIMEOUT))
+        client = stack.enter_context(httpx.Client(base_url=server.url, timeout=10.0))
+        pool = stack.enter_context(ThreadPoolExecutor(max_workers=2))
         queued_before = _queue_buckets(_scrape(client))  # the server is idle: it answers at once
         futures: list[Future[Stream]] = []
         # A low-priority request's first token ends its prefill: once both have one, both prompts are
@@ -300,7 +303,7 @@ def _run_scenario(
         # took 3 s on a slow machine, which the queue-time checks would have counted).
         for i, low in enumerate(lows):
             body = {**low_body, "prompt": _prompt(seed + i, case.low_prompt)}
-            futures.append(pool.submit(_stream, server.url, low, body))
+            futures.append(pool.submit(_stream, server.url, low, body, low_clients[i]))
             if not low.started.wait(FILL_DEADLINE_S):
                 if futures[-1].done():
                     futures[-1].result()  # the stream's own error (HTTP status, timeout) is the failure

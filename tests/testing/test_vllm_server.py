@@ -86,6 +86,17 @@ def _complete(client: httpx.Client, **body: object) -> dict[str, object]:
 
 
 @pytest.mark.server
+def test_the_server_has_its_own_group_in_the_callers_session(server: VllmServer) -> None:
+    """Its own process group (stopped whole), but not a new session: under Linux's autogroup scheduling a
+    new session is a CPU group of its own, where `engine_niceness` cannot make room for the client."""
+    assert os.getpgid(server.pid) == server.pid
+    assert os.getsid(server.pid) == os.getsid(0)
+    autogroup = Path("/proc/self/autogroup")
+    if autogroup.exists():  # "/autogroup-N nice K": the same CPU group as this process
+        assert Path(f"/proc/{server.pid}/autogroup").read_text() == autogroup.read_text()
+
+
+@pytest.mark.server
 def test_server_is_healthy_and_logs(server: VllmServer, client: httpx.Client) -> None:
     assert server.running()
     assert server.startup_s is not None and server.startup_s < server.config.startup_timeout_s
@@ -153,7 +164,7 @@ def test_an_error_inside_the_block_carries_the_servers_state_and_log(tmp_path: P
     handle.log_path.write_text("INFO engine started\nERROR EngineCore died\n")
     # A stand-in process (the note reads only its exit code and the log); `stop()` ends its group.
     script = "raise SystemExit(3)" if exits else "import time; time.sleep(60)"
-    handle._process = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    handle._process = subprocess.Popen([sys.executable, "-c", script], process_group=0)
     if exits:
         handle._process.wait(timeout=30)
     error = RuntimeError("calibration failed: ReadError")

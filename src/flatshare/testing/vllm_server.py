@@ -4,8 +4,13 @@
     with VllmServer(config) as server:
         httpx.post(f"{server.url}/v1/completions", json={"model": "tiny", "prompt": [1, 2, 3]})
 
-The server runs in a new session (its own process group, with its EngineCore and worker children);
-`stop()` sends SIGTERM to that group only, waits, then SIGKILL. Output goes to a log file whose tail
+The server runs in its own process group (with its EngineCore and worker children) but in the caller's
+session; `stop()` sends SIGTERM to that group only, waits, then SIGKILL. Not a new session: where Linux's
+autogroup scheduling is on (`/proc/sys/kernel/sched_autogroup_enabled`), a new session is a new CPU group
+that shares the machine with the caller's group as an equal, so `engine_niceness` would order vLLM's
+processes only among themselves. Seen on two cores (kernel 6.18): a client thread needing 30 ms of CPU
+waited 24-30 s in the run queue, the whole length of a decode, holding the GIL, so every thread of the
+client stopped (streams unread, `ssl.create_default_context()` 24 s). In the caller's session it took 30 ms. Output goes to a log file whose tail
 is quoted in every `VllmServerError`. With the tiny model it is healthy after about 25-30 s and
 holds about 1.5 GB of memory (three Python processes that import torch).
 
@@ -74,7 +79,8 @@ class VllmServerConfig:
     # Added to the niceness of vLLM's engine-core and worker processes once the server is healthy (0:
     # left alone). On a machine with fewer cores than vLLM's busy processes (the engine core polls, the
     # worker's OpenMP threads spin), the API server and the client otherwise get what is left: seen on two
-    # cores, the API server at 0.1 of a core and streams silent for 11 s while the engine decoded.
+    # cores, the API server at 0.1 of a core and streams silent for 11 s while the engine decoded. It orders
+    # vLLM's processes against the caller's because the server stays in the caller's session (see above).
     engine_niceness: int = 0
 
     def __post_init__(self) -> None:
@@ -161,7 +167,7 @@ class VllmServer:
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 env=self.config.environment(),
-                start_new_session=True,
+                process_group=0,  # its own group, the caller's session (and autogroup): module docstring
             )
             atexit.register(self.stop)
             self._wait_healthy(began + self.config.startup_timeout_s)
