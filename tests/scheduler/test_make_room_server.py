@@ -206,9 +206,9 @@ def _queue_buckets(text: str) -> dict[float, float]:
     return found
 
 
-def _stream(url: str, stream: Stream, body: dict[str, Any], client: httpx.Client | None = None) -> Stream:
-    """POST a streaming completion (on `client`, else a new one); record when its first token and its end
-    arrive."""
+def _stream(client: httpx.Client, stream: Stream, body: dict[str, Any]) -> Stream:
+    """POST a streaming completion on `client` (built before the load: see `_run_scenario`); record when
+    its first token and its end arrive."""
     payload = {
         "model": "tiny",
         "stream": True,
@@ -219,30 +219,28 @@ def _stream(url: str, stream: Stream, body: dict[str, Any], client: httpx.Client
         **body,
     }
     deadline = time.monotonic() + STREAM_DEADLINE_S
-    with contextlib.ExitStack() as stack:
-        http = client or stack.enter_context(httpx.Client(base_url=url, timeout=HTTP_TIMEOUT))
-        stream.sent = time.monotonic()
-        with http.stream("POST", "/v1/completions", json=payload) as response:
-            if response.status_code != 200:
-                response.read()
-                raise AssertionError(f"{stream.request_id}: HTTP {response.status_code}: {response.text}")
-            for line in response.iter_lines():
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{stream.request_id} still streaming after {STREAM_DEADLINE_S} s")
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line.removeprefix("data: "))
-                for choice in chunk.get("choices") or ():
-                    stream.chunks += 1
-                    stream.arrivals.append(time.monotonic())
-                    if stream.first is None:
-                        stream.first = stream.arrivals[-1]
-                        stream.started.set()
-                    if choice.get("finish_reason"):
-                        stream.finish_reason = choice["finish_reason"]
-                        stream.finished = time.monotonic()
-                if chunk.get("usage"):
-                    stream.completion_tokens = chunk["usage"]["completion_tokens"]
+    stream.sent = time.monotonic()
+    with client.stream("POST", "/v1/completions", json=payload) as response:
+        if response.status_code != 200:
+            response.read()
+            raise AssertionError(f"{stream.request_id}: HTTP {response.status_code}: {response.text}")
+        for line in response.iter_lines():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{stream.request_id} still streaming after {STREAM_DEADLINE_S} s")
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line.removeprefix("data: "))
+            for choice in chunk.get("choices") or ():
+                stream.chunks += 1
+                stream.arrivals.append(time.monotonic())
+                if stream.first is None:
+                    stream.first = stream.arrivals[-1]
+                    stream.started.set()
+                if choice.get("finish_reason"):
+                    stream.finish_reason = choice["finish_reason"]
+                    stream.finished = time.monotonic()
+            if chunk.get("usage"):
+                stream.completion_tokens = chunk["usage"]["completion_tokens"]
     return stream
 
 
@@ -303,7 +301,7 @@ def _run_scenario(
         # took 3 s on a slow machine, which the queue-time checks would have counted).
         for i, low in enumerate(lows):
             body = {**low_body, "prompt": _prompt(seed + i, case.low_prompt)}
-            futures.append(pool.submit(_stream, server.url, low, body, low_clients[i]))
+            futures.append(pool.submit(_stream, low_clients[i], low, body))
             if not low.started.wait(FILL_DEADLINE_S):
                 if futures[-1].done():
                     futures[-1].result()  # the stream's own error (HTTP status, timeout) is the failure
@@ -326,7 +324,7 @@ def _run_scenario(
             "priority": HIGH_PRIORITY,
             "prompt": _prompt(seed + 99, case.high_prompt),
         }
-        _stream(server.url, high, high_body, high_client)
+        _stream(high_client, high, high_body)
         for future in futures:
             future.result(timeout=STREAM_DEADLINE_S)
         text = _scrape(client)

@@ -10,9 +10,10 @@ autogroup scheduling is on (`/proc/sys/kernel/sched_autogroup_enabled`), a new s
 that shares the machine with the caller's group as an equal, so `engine_niceness` would order vLLM's
 processes only among themselves. Seen on two cores (kernel 6.18): a client thread needing 30 ms of CPU
 waited 24-30 s in the run queue, the whole length of a decode, holding the GIL, so every thread of the
-client stopped (streams unread, `ssl.create_default_context()` 24 s). In the caller's session it took 30 ms. Output goes to a log file whose tail
-is quoted in every `VllmServerError`. With the tiny model it is healthy after about 25-30 s and
-holds about 1.5 GB of memory (three Python processes that import torch).
+client stopped (streams unread, `ssl.create_default_context()` 24 s). In the caller's session it took 30 ms.
+
+Output goes to a log file whose tail is quoted in every `VllmServerError`. With the tiny model it is
+healthy after about 25-30 s and holds about 1.5 GB of memory (three Python processes that import torch).
 
 vLLM 0.32 on the CPU backend: the attention kernel needs `block_size` a multiple of 32, and the
 engine refuses to start unless one request of `max_model_len` fits in the KV cache, that is
