@@ -20,7 +20,7 @@ server), and the mean KV use (`/metrics` answers late during those bursts, so it
 idle moments).
 
 The check can fail: the same comparison against a profile from another engine (`llama3-8b-24gb`) is
-far outside the bounds on the engine rows (asserted). The comparison with the simulator's KV cache
+out of bounds, its engine timing more than 3 x the floor off (asserted). The comparison with the simulator's KV cache
 halved is run and reported; whether it leaves the bounds depends on the noise measured that time.
 """
 
@@ -45,7 +45,8 @@ FLOOR, K = 0.4, 3.0
 # until a CI run where vLLM's API server stalled and delivered the agents' tokens in one late burst
 # (real gap p50 0.0 ms, e2e p50 1.63 s against an engine mean of 0.54 s): it is reported with the other
 # client-side rows.
-ENGINE_ROWS = {("engine", "itl_mean"), ("engine", "e2e_mean"), ("run", "preemptions")}
+TIMING_ROWS = {("engine", "itl_mean"), ("engine", "e2e_mean")}
+ENGINE_ROWS = TIMING_ROWS | {("run", "preemptions")}
 
 
 def _server(model: Path, make_room: bool) -> VllmServerConfig:
@@ -104,11 +105,6 @@ def _rows(summary: FidelitySummary, keys: set[tuple[str, str]]) -> list[Row]:
     return [r for r in summary.result.rows if (r.cls, r.quantity) in keys]
 
 
-def _worst(rows: list[Row]) -> float:
-    """The largest |error| / bound (an undefined error counts as out of bounds)."""
-    return max(abs(r.sim_error) / r.bound if r.sim_error is not None else 99.0 for r in rows)
-
-
 @pytest.mark.parametrize("name", ["stock", "make-room"])
 def test_both_real_runs_and_the_sim_served_every_request(
     results: dict[str, FidelitySummary], name: str
@@ -137,9 +133,17 @@ def test_the_sim_is_within_the_noise_bounds_on_the_engine_rows(
 
 
 def test_a_profile_from_another_engine_is_far_out_of_bounds(results: dict[str, FidelitySummary]) -> None:
+    """Out of bounds, and its timing error more than 3 x the floor whatever the noise of the moment.
+
+    The margin was 3 x each row's bound until a CI run whose two real runs differed by 35% (engine
+    e2e 2.04 s and 1.32 s): the bound grew to 105%, and the other profile's +198% e2e error, rejected,
+    was "only" 1.9 x outside it. How wrong a profile is does not depend on the real-vs-real noise, so
+    the margin is now against the fixed floor; the verdict is still judged on the noise-scaled bounds."""
     other = results["other-profile"]
     assert not other.result.verdict
-    assert _worst(_rows(other, ENGINE_ROWS)) > 3, [r.to_json() for r in _rows(other, ENGINE_ROWS)]
+    timing = _rows(other, TIMING_ROWS)
+    assert len(timing) == len(TIMING_ROWS)
+    assert max(abs(r.sim_error or 0.0) for r in timing) > 3 * FLOOR, [r.to_json() for r in timing]
 
 
 def test_a_halved_kv_cache_is_flagged_as_a_mismatch(results: dict[str, FidelitySummary]) -> None:

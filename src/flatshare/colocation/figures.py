@@ -80,13 +80,17 @@ def sweep_figure(summary: ColocationSummary, path: Path) -> None:
         left.plot(xs, [v for v in series if v is not None], label=f"T={t}")
     left.set_xlabel("n-th output token")
     left.set_ylabel("p95 time from send (s)")
-    left.legend(fontsize=8)
     for n in (16, 24, 40):
         at_n = [(t, v) for t, s in points if (v := s[n - 1]) is not None]
         right.plot([t for t, _ in at_n], [v for _, v in at_n], marker="o", label=f"token {n}")
     right.set_xlabel("window T (tokens)")
     right.set_ylabel("p95 time to the n-th token (s)")
-    right.legend(fontsize=8)
+    if points:
+        left.legend(fontsize=8)
+        right.legend(fontsize=8)
+    else:
+        for ax in (left, right):
+            ax.text(0.5, 0.5, "no make-room window T in this plan", ha="center", transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
