@@ -14,6 +14,9 @@ reports the stock baseline's and make-room T=48's voice p95, turns over target a
 
     .venv/bin/python tools/seed_fit.py fit --out docs/results/colocation/seed-fit.md
     .venv/bin/python tools/seed_fit.py fit --fix reserve_full_isl=False --out ...   (a slice of the grid)
+    .venv/bin/python tools/seed_fit.py fit --fix max_model_len=16384 --fix reserve_full_isl=False \
+        --fix api_latency_s=0.06 --fix voice_system_tokens=4000 --seeds 10 --duration 600 \
+        --out docs/results/colocation/seed-fit-cpu-tier.md   (the CPU-tier axis alone)
     .venv/bin/python tools/seed_fit.py refine --grid docs/results/colocation/seed-fit.md --top 8 \
         --seeds 5 --duration 600 --out docs/results/colocation/seed-fit-refined.md
     .venv/bin/python tools/seed_fit.py sensitivity --out docs/results/colocation/sensitivity.md
@@ -40,7 +43,7 @@ from flatshare.colocation.summary import summarize
 
 GRID: dict[str, tuple[Any, ...]] = {
     "max_model_len": (16384, 32768),
-    "cpu_tier_tokens": (65536, 262144),
+    "cpu_tier_tokens": (8192, 16384, 24576, 32768, 49152, 65536, 98304, 131072, 262144),
     "reserve_full_isl": (True, False),
     "api_latency_s": (0.0, 0.03, 0.06, 0.09),
     "voice_system_tokens": (600, 2000, 4000),
@@ -49,6 +52,7 @@ SENSITIVITY: tuple[tuple[str, Any], ...] = (
     ("reserve_full_isl", True),
     ("max_model_len", 32768),
     ("cpu_tier_tokens", 0),
+    ("cpu_tier_tokens", 65536),
     ("cpu_tier_tokens", 262144),
     ("api_latency_s", 0.0),
     ("voice_system_tokens", 600),

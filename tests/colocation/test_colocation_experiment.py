@@ -89,7 +89,7 @@ def test_the_engine_runs_the_setups_scheduling_mode() -> None:
 
 def test_the_cli_passes_the_scheduling_mode_and_prints_the_presets_defaults(tmp_path: Path) -> None:
     help_text = CliRunner().invoke(app, ["experiment", "colocation", "--help"], terminal_width=200).output
-    assert "[seed preset: 65536]" in help_text and "--sync-scheduling" in help_text
+    assert "[seed preset: 24576]" in help_text and "--sync-scheduling" in help_text
     out = tmp_path / "exp"
     result = CliRunner().invoke(
         app,

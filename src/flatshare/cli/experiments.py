@@ -14,6 +14,7 @@ import typer
 
 from flatshare import enginelog
 from flatshare.cli.base import app, experiment_app, fail
+from flatshare.colocation.setup import SEED
 from flatshare.errors import InputError
 from flatshare.lab.jobs import JobsFailed
 
@@ -60,10 +61,14 @@ def experiment_colocation(
     seeds: Annotated[int, typer.Option(help="Seeds per condition (at least 5 for the full run).")] = 5,
     duration: Annotated[float, typer.Option(help="Virtual seconds per run.")] = 600.0,
     max_model_len: Annotated[
-        int | None, typer.Option(help="Engine max model length; agent contexts compact there [seed: 16384].")
+        int | None,
+        typer.Option(
+            help=f"Engine max model length; agent contexts compact there [seed: {SEED.max_model_len}]."
+        ),
     ] = None,
     cpu_tier_tokens: Annotated[
-        int | None, typer.Option(help="vLLM's CPU KV tier in tokens, 0 for off [seed preset: 65536].")
+        int | None,
+        typer.Option(help=f"vLLM's CPU KV tier in tokens, 0 for off [seed preset: {SEED.cpu_tier_tokens}]."),
     ] = None,
     admission: Annotated[
         str | None,
@@ -72,7 +77,7 @@ def experiment_colocation(
         ),
     ] = None,
     api_latency: Annotated[
-        float | None, typer.Option(help="API server pass in seconds [seed preset: 0.06].")
+        float | None, typer.Option(help=f"API server pass in seconds [seed preset: {SEED.api_latency_s}].")
     ] = None,
     agent_source: Annotated[
         str | None, typer.Option(help="Agents: synthetic (from the WEKA sample) or weka (its sessions).")
@@ -95,7 +100,6 @@ def experiment_colocation(
     first seed's setup (`flatshare.colocation.setup.SEED`) unless an option changes it."""
     from flatshare.colocation.experiment import QUICK, ColocationPlan, pick_conditions, run_plan
     from flatshare.colocation.report import build_report
-    from flatshare.colocation.setup import SEED
     from flatshare.lab.executors import make_executor
 
     rules = {"full-prompt": True, "first-chunk": False, None: SEED.reserve_full_isl}

@@ -104,9 +104,9 @@ BASELINE_SWEEP = (
 # among settings that keep the agents at >= 90% of `vllm-priority`'s token rate (a cap that halves the
 # agents is not sharing the GPU). The sweep's figures: docs/results/colocation/baselines-sweep.md.
 BEST_SETTING = {
-    "leaseholder": "leaseholder-kv90",
+    "leaseholder": "leaseholder-kv70",
     "agent-cap": "agent-cap-2",
-    "reserve-voice": "reserve-voice-8k",
+    "reserve-voice": "reserve-voice-4k",
     "abort-resubmit": "abort-resubmit-sentence",
     "sglang-preempt": "sglang-preempt-t9",
     "flow-control": "flow-control-kv100",
