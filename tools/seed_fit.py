@@ -5,6 +5,8 @@ seed does not state (max model length, CPU-tier size, vLLM's admission rule, the
 system prompt) and ranks the points by their distance to the seed's stock rows only
 (`flatshare.colocation.seed_table`, rows marked fitted): squared log ratio for times, squared difference in
 tens of points for shares of turns.
+The grid now holds nine CPU-tier sizes (432 points); seed-fit.md and seed-fit-async.md were run when it
+held two (8 and 32 GiB, 96 points), and seed-fit-cpu-tier.md is the tier axis alone.
 
 `refine`: re-runs the best points of a `fit` table with more seeds and longer runs (the grid's ranking is
 noisy at 2 seeds), ranked the same way.

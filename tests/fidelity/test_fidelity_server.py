@@ -20,8 +20,9 @@ server), and the mean KV use (`/metrics` answers late during those bursts, so it
 idle moments).
 
 The check can fail: the same comparison against a profile from another engine (`llama3-8b-24gb`) is
-out of bounds, its engine timing more than 3 x the floor off (asserted). The comparison with the simulator's KV cache
-halved is run and reported; whether it leaves the bounds depends on the noise measured that time.
+out of bounds, its engine timing more than 3 x the floor off (asserted). The comparison with the
+simulator's KV cache halved is run and reported; whether it leaves the bounds depends on the noise
+measured that time.
 """
 
 from __future__ import annotations
