@@ -87,6 +87,8 @@ def test_the_engine_runs_the_setups_scheduling_mode() -> None:
     assert not engine_config(stock, SEED.with_changes(async_scheduling=False)).async_scheduling
 
 
+# Its plan has no window T: the sweep figure must not call legend() on empty axes (a UserWarning in CI).
+@pytest.mark.filterwarnings("error::UserWarning")
 def test_the_cli_passes_the_scheduling_mode_and_prints_the_presets_defaults(tmp_path: Path) -> None:
     help_text = CliRunner().invoke(app, ["experiment", "colocation", "--help"], terminal_width=200).output
     assert "[seed preset: 24576]" in help_text and "--sync-scheduling" in help_text
