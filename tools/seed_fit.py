@@ -5,8 +5,10 @@ seed does not state (max model length, CPU-tier size, vLLM's admission rule, the
 system prompt) and ranks the points by their distance to the seed's stock rows only
 (`flatshare.colocation.seed_table`, rows marked fitted): squared log ratio for times, squared difference in
 tens of points for shares of turns.
-The grid now holds nine CPU-tier sizes (432 points); seed-fit.md and seed-fit-async.md were run when it
-held two (8 and 32 GiB, 96 points), and seed-fit-cpu-tier.md is the tier axis alone.
+The grid now holds nine CPU-tier sizes and five KV-cache sizes (2,160 points); seed-fit.md and
+seed-fit-async.md were run when it held two tier sizes (8 and 32 GiB) and the profile's KV cache alone (96
+points), seed-fit-cpu-tier.md is the tier axis alone at that KV cache, and seed-fit-kv.md the KV cache
+against four tier sizes.
 
 `refine`: re-runs the best points of a `fit` table with more seeds and longer runs (the grid's ranking is
 noisy at 2 seeds), ranked the same way.
@@ -17,8 +19,12 @@ reports the stock baseline's and make-room T=48's voice p95, turns over target a
     .venv/bin/python tools/seed_fit.py fit --out docs/results/colocation/seed-fit.md
     .venv/bin/python tools/seed_fit.py fit --fix reserve_full_isl=False --out ...   (a slice of the grid)
     .venv/bin/python tools/seed_fit.py fit --fix max_model_len=16384 --fix reserve_full_isl=False \
-        --fix api_latency_s=0.06 --fix voice_system_tokens=4000 --seeds 10 --duration 600 \
-        --out docs/results/colocation/seed-fit-cpu-tier.md   (the CPU-tier axis alone)
+        --fix api_latency_s=0.06 --fix voice_system_tokens=4000 --fix kv_tokens=40960 --seeds 10 \
+        --duration 600 --out docs/results/colocation/seed-fit-cpu-tier.md   (the CPU-tier axis alone)
+    .venv/bin/python tools/seed_fit.py fit --fix max_model_len=16384 --fix reserve_full_isl=False \
+        --fix api_latency_s=0.06 --fix voice_system_tokens=4000 \
+        --fix cpu_tier_tokens=16384,24576,32768,65536 --seeds 10 --duration 600 \
+        --out docs/results/colocation/seed-fit-kv.md   (the KV cache against four tier sizes)
     .venv/bin/python tools/seed_fit.py refine --grid docs/results/colocation/seed-fit.md --top 8 \
         --seeds 5 --duration 600 --out docs/results/colocation/seed-fit-refined.md
     .venv/bin/python tools/seed_fit.py sensitivity --out docs/results/colocation/sensitivity.md
@@ -42,6 +48,7 @@ from flatshare.colocation.runs import load_runs
 from flatshare.colocation.seed_table import SEED_ROWS
 from flatshare.colocation.setup import SEED, Setup
 from flatshare.colocation.summary import summarize
+from flatshare.sim.profile import load_profile
 
 GRID: dict[str, tuple[Any, ...]] = {
     "max_model_len": (16384, 32768),
@@ -49,10 +56,13 @@ GRID: dict[str, tuple[Any, ...]] = {
     "reserve_full_isl": (True, False),
     "api_latency_s": (0.0, 0.03, 0.06, 0.09),
     "voice_system_tokens": (600, 2000, 4000),
+    "kv_tokens": (40960, 43008, 45056, 47104, 49152),
 }
 SENSITIVITY: tuple[tuple[str, Any], ...] = (
     ("reserve_full_isl", True),
     ("max_model_len", 32768),
+    ("kv_tokens", 40960),
+    ("kv_tokens", 49152),
     ("cpu_tier_tokens", 0),
     ("cpu_tier_tokens", 65536),
     ("cpu_tier_tokens", 262144),
@@ -137,34 +147,48 @@ def _typed(name: str, text: str) -> Any:
     return value
 
 
-def _grid_value(item: str) -> tuple[str, Any]:
-    """One `--fix NAME=VALUE`: the grid parameter and its value; SystemExit with the reason if not."""
+def _grid_values(item: str) -> tuple[str, tuple[Any, ...]]:
+    """One `--fix NAME=VALUE[,VALUE...]`: the grid parameter and the values of it to run; SystemExit with
+    the reason if not."""
     name, sep, text = item.partition("=")
     if not sep or name not in GRID:
         raise SystemExit(f"--fix: want NAME=VALUE with NAME one of {', '.join(GRID)}, got {item!r}")
     try:
-        return name, _typed(name, text)
+        return name, tuple(dict.fromkeys(_typed(name, part.strip()) for part in text.split(",")))
     except ValueError as exc:
         raise SystemExit(f"--fix: {exc}") from None
 
 
-def fit(seeds: int, duration: float, fixed: dict[str, Any] | None = None) -> list[str]:
+def fit(seeds: int, duration: float, fixed: dict[str, tuple[Any, ...]] | None = None) -> list[str]:
     """Every grid point, or those with the `fixed` parameters at the given values (a slice of the grid)."""
     fixed = fixed or {}
-    axes = [(fixed[name],) if name in fixed else values for name, values in GRID.items()]
-    title = "Grid fit" + (f" ({', '.join(f'{k} = {v}' for k, v in fixed.items())})" if fixed else "")
+    axes = [fixed.get(name, values) for name, values in GRID.items()]
+    chosen = ", ".join(f"{name} = {' / '.join(map(str, values))}" for name, values in fixed.items())
+    title = "Grid fit" + (f" ({chosen})" if fixed else "")
     return _rank(itertools.product(*axes), seeds, duration, title)
+
+
+def _unlisted(name: str) -> Any:
+    """The value a `fit` table that has no column for `name` ran at: Setup's default (tables written before
+    kv_tokens joined the grid ran at the profile's KV cache)."""
+    value = getattr(Setup(), name)
+    if name == "kv_tokens" and value is None:
+        value = load_profile(Setup().profile).default_kv_tokens
+    return value
 
 
 def refine(grid_table: Path, top: int, seeds: int, duration: float) -> list[str]:
     """Re-run the `top` points of a `fit` table with more seeds and longer runs."""
-    rows = [
-        line for line in grid_table.read_text().splitlines() if line.startswith("| ") and line[2].isdigit()
-    ]
+    lines = grid_table.read_text().splitlines()
+    header = next((line for line in lines if line.startswith("| loss |")), None)
+    if header is None:
+        raise SystemExit(f"--grid: {grid_table} has no `| loss | ...` table")
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    rows = [line for line in lines if line.startswith("| ") and line[2].isdigit()]
     points = []
     for line in rows[:top]:
-        cells = [c.strip() for c in line.strip("|").split("|")][1 : 1 + len(GRID)]
-        points.append(tuple(_typed(name, c) for name, c in zip(GRID, cells, strict=True)))
+        cells = dict(zip(columns, (c.strip() for c in line.strip("|").split("|")), strict=False))
+        points.append(tuple(_typed(name, cells[name]) if name in cells else _unlisted(name) for name in GRID))
     return _rank(points, seeds, duration, f"The {top} best grid points re-run")
 
 
@@ -218,8 +242,8 @@ def main() -> None:
         "--fix",
         action="append",
         default=[],
-        metavar="NAME=VALUE",
-        help="fit: run only the grid points with this parameter at this value (repeatable)",
+        metavar="NAME=VALUE[,VALUE...]",
+        help="fit: run only the grid points with this parameter at these values (repeatable)",
     )
     args = parser.parse_args()
     if args.fix and args.mode != "fit":
@@ -227,7 +251,7 @@ def main() -> None:
     if args.mode == "refine":
         lines = refine(args.grid, args.top, args.seeds, args.duration)
     elif args.mode == "fit":
-        lines = fit(args.seeds, args.duration, dict(_grid_value(item) for item in args.fix))
+        lines = fit(args.seeds, args.duration, dict(_grid_values(item) for item in args.fix))
     else:
         lines = sensitivity(args.seeds, args.duration)
     text = "\n".join(lines) + "\n"

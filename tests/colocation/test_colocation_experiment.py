@@ -91,7 +91,11 @@ def test_the_engine_runs_the_setups_scheduling_mode() -> None:
 @pytest.mark.filterwarnings("error::UserWarning")
 def test_the_cli_passes_the_scheduling_mode_and_prints_the_presets_defaults(tmp_path: Path) -> None:
     help_text = CliRunner().invoke(app, ["experiment", "colocation", "--help"], terminal_width=200).output
-    assert "[seed preset: 24576]" in help_text and "--sync-scheduling" in help_text
+    from flatshare.colocation.setup import SEED
+
+    for option, value in (("--kv-tokens", SEED.kv_tokens), ("--cpu-tier-tokens", SEED.cpu_tier_tokens)):
+        assert f"[seed preset: {value}]" in help_text.split(option, 1)[1].split("--", 1)[0]
+    assert "--sync-scheduling" in help_text
     out = tmp_path / "exp"
     result = CliRunner().invoke(
         app,
@@ -118,3 +122,12 @@ def test_the_cli_passes_the_scheduling_mode_and_prints_the_presets_defaults(tmp_
     assert summary["setup"]["async_scheduling"] is False
     facts = [json.loads(p.read_text()) for p in out.glob("runs/**/engine.json")]
     assert facts and all(f["engine_config"]["async_scheduling"] is False for f in facts)
+
+
+def test_a_kv_cache_smaller_than_the_max_model_length_stops_before_any_run(tmp_path: Path) -> None:
+    out = tmp_path / "exp"
+    args = ["experiment", "colocation", "--out", str(out), "--quick", "--kv-tokens", "8192"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code != 0
+    assert "max_model_len 16384 does not fit the KV cache" in result.output
+    assert not (out / "runs").exists()

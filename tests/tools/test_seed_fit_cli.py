@@ -1,16 +1,31 @@
-"""tools/seed_fit.py's grid options: a `--fix NAME=VALUE` names a grid parameter and one of its values,
-and anything else stops with the reason (before, `--fix reserve_full_isl=yes`, or `=` left out, ran the
-`False` slice)."""
+"""tools/seed_fit.py's grid options: a `--fix NAME=VALUE[,VALUE...]` names a grid parameter and some of its
+values, and anything else stops with the reason (before, `--fix reserve_full_isl=yes`, or `=` left out, ran
+the `False` slice); `refine` reads a table's points by its header, tables from before a parameter joined the
+grid included."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 pytestmark = pytest.mark.vllm
+
+
+def _capture_points(seed_fit: ModuleType, monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
+    """The points `fit` or `refine` would run, in order, without running them."""
+    ranked: list[tuple[object, ...]] = []
+
+    def rank(points: Iterable[tuple[object, ...]], *_: object) -> list[str]:
+        ranked.extend(points)
+        return []
+
+    monkeypatch.setattr(seed_fit, "_rank", rank)
+    return ranked
 
 
 @pytest.fixture(scope="module")
@@ -23,10 +38,23 @@ def seed_fit() -> ModuleType:
     return module
 
 
-def test_a_fix_takes_a_grid_value_of_the_parameters_type(seed_fit: ModuleType) -> None:
-    assert seed_fit._grid_value("reserve_full_isl=False") == ("reserve_full_isl", False)
-    assert seed_fit._grid_value("api_latency_s=0.06") == ("api_latency_s", 0.06)
-    assert seed_fit._grid_value("max_model_len=32768") == ("max_model_len", 32768)
+def test_a_fix_takes_grid_values_of_the_parameters_type(seed_fit: ModuleType) -> None:
+    assert seed_fit._grid_values("reserve_full_isl=False") == ("reserve_full_isl", (False,))
+    assert seed_fit._grid_values("api_latency_s=0.06") == ("api_latency_s", (0.06,))
+    assert seed_fit._grid_values("max_model_len=32768") == ("max_model_len", (32768,))
+    assert seed_fit._grid_values("kv_tokens=45056, 40960,45056") == ("kv_tokens", (45056, 40960))
+
+
+def test_a_fixed_slice_runs_every_combination_of_the_values_given(
+    seed_fit: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ranked = _capture_points(seed_fit, monkeypatch)
+    fixed = {name: values[:1] for name, values in seed_fit.GRID.items()}
+    fixed["cpu_tier_tokens"] = (16384, 24576)
+    fixed["kv_tokens"] = (40960, 45056)
+    seed_fit.fit(1, 1.0, fixed)
+    tiers_and_kv = [(point[1], point[-1]) for point in ranked]
+    assert tiers_and_kv == [(16384, 40960), (16384, 45056), (24576, 40960), (24576, 45056)]
 
 
 @pytest.mark.parametrize(
@@ -37,22 +65,43 @@ def test_a_fix_takes_a_grid_value_of_the_parameters_type(seed_fit: ModuleType) -
         ("api_latency_s=0.5", "api_latency_s takes one of"),
         ("max_model_len=lots", "max_model_len takes one of"),
         ("foo=1", "want NAME=VALUE with NAME one of max_model_len"),
+        ("kv_tokens=40960,41000", "kv_tokens takes one of"),
     ],
 )
 def test_a_fix_outside_the_grid_stops_with_the_reason(seed_fit: ModuleType, item: str, reason: str) -> None:
-    with pytest.raises(SystemExit, match=reason.replace("(", r"\(").replace(")", r"\)")):
-        seed_fit._grid_value(item)
+    with pytest.raises(SystemExit, match=re.escape(reason)):
+        seed_fit._grid_values(item)
 
 
 def test_refine_reads_the_values_a_table_prints(
     seed_fit: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table = tmp_path / "grid.md"
+    names = " | ".join(seed_fit.GRID)
     table.write_text(
-        "| loss | a |\n|---|---|\n| seed | |\n"
-        "| 1.0 | 16384 | 65536 | False | 0.06 | 4000 | 9 |\n| 2.0 | 32768 | 262144 | True | 0.0 | 600 | 9 |\n"
+        f"| loss | {names} | turn p95 s |\n|---|---|\n| seed | | | | | | | 1.8 |\n"
+        "| 1.0 | 16384 | 65536 | False | 0.06 | 4000 | 45056 | 9 |\n"
+        "| 2.0 | 32768 | 262144 | True | 0.0 | 600 | 40960 | 9 |\n"
     )
-    ranked: list[tuple[object, ...]] = []
-    monkeypatch.setattr(seed_fit, "_rank", lambda points, *_: ranked.extend(points) or [])
+    ranked = _capture_points(seed_fit, monkeypatch)
     seed_fit.refine(table, 2, 1, 1.0)
-    assert ranked == [(16384, 65536, False, 0.06, 4000), (32768, 262144, True, 0.0, 600)]
+    assert ranked == [(16384, 65536, False, 0.06, 4000, 45056), (32768, 262144, True, 0.0, 600, 40960)]
+
+
+def test_refine_runs_a_table_from_before_the_kv_cache_joined_the_grid_at_the_profiles_kv_cache(
+    seed_fit: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = tmp_path / "old.md"
+    table.write_text(
+        "| loss | max_model_len | cpu_tier_tokens | reserve_full_isl | api_latency_s | voice_system_tokens |"
+        " turn p95 s |\n|---|---|\n| 1.0 | 16384 | 65536 | False | 0.06 | 4000 | 9 |\n"
+    )
+    ranked = _capture_points(seed_fit, monkeypatch)
+    seed_fit.refine(table, 1, 1, 1.0)
+    assert ranked == [(16384, 65536, False, 0.06, 4000, 40960)]
+
+
+def test_refine_stops_on_a_file_without_a_table(seed_fit: ModuleType, tmp_path: Path) -> None:
+    (tmp_path / "notes.md").write_text("no table here\n")
+    with pytest.raises(SystemExit, match=re.escape("no `| loss | ...` table")):
+        seed_fit.refine(tmp_path / "notes.md", 1, 1, 1.0)

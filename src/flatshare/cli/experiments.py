@@ -63,8 +63,12 @@ def experiment_colocation(
     max_model_len: Annotated[
         int | None,
         typer.Option(
-            help=f"Engine max model length; agent contexts compact there [seed: {SEED.max_model_len}]."
+            help=f"Engine max model length; agent contexts compact there [seed preset: {SEED.max_model_len}]."
         ),
+    ] = None,
+    kv_tokens: Annotated[
+        int | None,
+        typer.Option(help=f"The GPU's KV cache in tokens [seed preset: {SEED.kv_tokens}]."),
     ] = None,
     cpu_tier_tokens: Annotated[
         int | None,
@@ -98,7 +102,13 @@ def experiment_colocation(
 ) -> None:
     """A voice agent beside coding agents under vLLM's stock scheduler and make-room variants, on the
     first seed's setup (`flatshare.colocation.setup.SEED`) unless an option changes it."""
-    from flatshare.colocation.experiment import QUICK, ColocationPlan, pick_conditions, run_plan
+    from flatshare.colocation.experiment import (
+        QUICK,
+        ColocationPlan,
+        engine_config,
+        pick_conditions,
+        run_plan,
+    )
     from flatshare.colocation.report import build_report
     from flatshare.lab.executors import make_executor
 
@@ -108,6 +118,7 @@ def experiment_colocation(
             raise ValueError(f"--admission must be full-prompt or first-chunk, got {admission!r}")
         setup = SEED.with_changes(
             max_model_len=SEED.max_model_len if max_model_len is None else max_model_len,
+            kv_tokens=SEED.kv_tokens if kv_tokens is None else kv_tokens,
             cpu_tier_tokens=SEED.cpu_tier_tokens if cpu_tier_tokens is None else cpu_tier_tokens,
             reserve_full_isl=rules[admission],
             api_latency_s=SEED.api_latency_s if api_latency is None else api_latency,
@@ -125,6 +136,7 @@ def experiment_colocation(
             plan = dataclasses.replace(plan, workers=workers)
         if conditions is not None:
             plan = dataclasses.replace(plan, conditions=pick_conditions(conditions))
+        engine_config(plan.conditions[0], setup)  # the engine's own checks (max model length vs KV), now
         pool = make_executor(executor, workers, ray_address)
     except InputError as exc:
         fail(str(exc))

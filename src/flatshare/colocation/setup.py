@@ -75,7 +75,8 @@ class Unstated:
 
 SEED = Setup(
     max_model_len=16384,
-    cpu_tier_tokens=24576,
+    kv_tokens=45056,
+    cpu_tier_tokens=65536,
     reserve_full_isl=False,
     api_latency_s=0.06,
     voice_system_tokens=4000,
@@ -84,10 +85,22 @@ SEED = Setup(
 UNSTATED = (
     Unstated(
         "model and card",
-        "llama3-8b-24gb profile (8B dense, fp16, RTX 4090 class), 40,960 KV tokens",
+        "llama3-8b-24gb profile (8B dense, fp16, RTX 4090 class)",
         "-",
-        "'one small model on a single consumer card'; 'two or three of those [16k] contexts fill the cache' "
-        "and 'recomputing a 16,000-token context takes more than three seconds' are the profile's sources.",
+        "'one small model on a single consumer card'; 'recomputing a 16,000-token context takes more than "
+        "three seconds' and 'finding it still cached takes a tenth of one' are the profile's sources.",
+    ),
+    Unstated(
+        "KV cache size",
+        "45,056 tokens (5.5 GiB at 128 KiB a token)",
+        "40,960 to 49,152 tokens (5 to 6 GiB)",
+        "the seed names the card, not vLLM's --gpu-memory-utilization. An 8B model in fp16 loads 14.99 GiB "
+        "of a 24 GB card's 23.58 GiB (Llama-3.1-8B on an RTX 3090, vLLM issue #10517); at vLLM's default "
+        "0.90, less non-torch memory (0.35 GiB), peak activation and CUDA-graph memory (counted since vLLM "
+        "0.21), ~5 GiB remain (the profile's 40,960 tokens), and an operator raising it to 0.95 gets ~1.2 "
+        "GiB more; 'two or three of those [16k] contexts fill the cache' caps it at 49,152. Fitted jointly "
+        "with the CPU tier (seed-fit-kv.md, refined at 20 seeds in seed-fit-kv-refined.md).",
+        fitted=True,
     ),
     Unstated(
         "vLLM's admission rule",
@@ -107,11 +120,12 @@ UNSTATED = (
     ),
     Unstated(
         "CPU tier size",
-        "24,576 tokens (3 GiB of host memory at 128 KiB a token)",
+        "65,536 tokens (8 GiB of host memory at 128 KiB a token)",
         "1 to 32 GiB (8,192 to 262,144 tokens)",
         "the seed runs vLLM's CPU tier but not its size (`--kv-offloading-size` is the operator's choice, "
-        "in GiB). The grid first tried 8 and 32 GiB; the tier axis alone, refined from 1 to 32 GiB with "
-        "the other values held (10 seeds x 600 s), put 3 GiB first and 8 GiB second.",
+        "in GiB). The grid first tried 8 and 32 GiB; the tier axis alone at the profile's KV cache (10 "
+        "seeds x 600 s) put 3 GiB first and 8 GiB second; fitted jointly with the KV cache (2, 3, 4 and "
+        "8 GiB against five KV sizes, then the best four at 20 seeds), 8 GiB with 45,056 KV tokens first.",
         fitted=True,
     ),
     Unstated(
