@@ -105,9 +105,9 @@ BASELINE_SWEEP = (
 # agents is not sharing the GPU). The sweep's figures: docs/results/colocation/baselines-sweep.md.
 BEST_SETTING = {
     "leaseholder": "leaseholder-kv70",
-    "agent-cap": "agent-cap-2",
+    "agent-cap": "agent-cap-4",
     "reserve-voice": "reserve-voice-4k",
-    "abort-resubmit": "abort-resubmit-sentence",
+    "abort-resubmit": "abort-resubmit-token",
     "sglang-preempt": "sglang-preempt-t9",
     "flow-control": "flow-control-kv100",
 }
