@@ -64,7 +64,7 @@ SENSITIVITY: tuple[tuple[str, Any], ...] = (
     ("kv_tokens", 40960),
     ("kv_tokens", 49152),
     ("cpu_tier_tokens", 0),
-    ("cpu_tier_tokens", 65536),
+    ("cpu_tier_tokens", 24576),
     ("cpu_tier_tokens", 262144),
     ("api_latency_s", 0.0),
     ("voice_system_tokens", 600),

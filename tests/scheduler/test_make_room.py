@@ -419,7 +419,8 @@ def test_a_turn_behind_an_agent_whose_load_just_finished_is_acted_for() -> None:
     from flatshare.replay.virtual import run_virtual
     from flatshare.workloads.spec import parse_spec
 
-    setup = SEED.with_changes(async_scheduling=False)  # the preset's scheduling mode when it was found
+    # The preset as it was when this was found: synchronous steps, the profile's KV cache, an 8 GiB tier.
+    setup = SEED.with_changes(async_scheduling=False, kv_tokens=None, cpu_tier_tokens=65536)
     condition = next(c for c in MAIN_CONDITIONS if c.key == "make-room-t48")
     plan = ColocationPlan(callers=(2,), seeds=1, duration_s=600.0, setup=setup)
     config = engine_config(condition, setup)
