@@ -48,7 +48,6 @@ from flatshare.colocation.runs import load_runs
 from flatshare.colocation.seed_table import SEED_ROWS
 from flatshare.colocation.setup import SEED, Setup
 from flatshare.colocation.summary import summarize
-from flatshare.sim.profile import load_profile
 
 GRID: dict[str, tuple[Any, ...]] = {
     "max_model_len": (16384, 32768),
@@ -171,10 +170,9 @@ def fit(seeds: int, duration: float, fixed: dict[str, tuple[Any, ...]] | None = 
 def _unlisted(name: str) -> Any:
     """The value a `fit` table that has no column for `name` ran at: Setup's default (tables written before
     kv_tokens joined the grid ran at the profile's KV cache)."""
-    value = getattr(Setup(), name)
-    if name == "kv_tokens" and value is None:
-        value = load_profile(Setup().profile).default_kv_tokens
-    return value
+    if name == "kv_tokens":
+        return Setup().kv_cache_tokens()
+    return getattr(Setup(), name)
 
 
 def refine(grid_table: Path, top: int, seeds: int, duration: float) -> list[str]:

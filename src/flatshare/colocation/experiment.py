@@ -160,16 +160,14 @@ QUICK = ColocationPlan(callers=(2,), seeds=2, duration_s=300.0, drain_s=60.0)
 def engine_config(condition: Condition, setup: Setup) -> Any:
     """The simulated engine's settings for one condition under `setup`."""
     from flatshare.sim.config import EngineConfig
-    from flatshare.sim.profile import load_profile
 
-    kv_tokens = setup.kv_tokens or load_profile(setup.profile).default_kv_tokens
     return EngineConfig(
         scheduler=condition.scheduler,
         policy=condition.policy,
         max_num_batched_tokens=condition.max_num_batched_tokens,
         additional_config=dict(condition.additional_config or {}),
         max_model_len=setup.max_model_len,
-        kv_tokens=kv_tokens,
+        kv_tokens=setup.kv_cache_tokens(),
         cpu_tier_tokens=setup.cpu_tier_tokens,
         scheduler_reserve_full_isl=setup.reserve_full_isl,
         async_scheduling=setup.async_scheduling,

@@ -55,6 +55,12 @@ class Setup:
         if self.agent_source not in AGENT_SOURCES:
             raise ValueError(f"setup: agent_source must be one of {AGENT_SOURCES}, got {self.agent_source!r}")
 
+    def kv_cache_tokens(self) -> int:
+        """The GPU's KV cache in tokens: `kv_tokens`, or the profile's own when it is None."""
+        from flatshare.sim.profile import load_profile
+
+        return self.kv_tokens or load_profile(self.profile).default_kv_tokens
+
     def with_changes(self, **changes: Any) -> Setup:
         return dataclasses.replace(self, **changes)
 
