@@ -8,7 +8,9 @@ prefilled: agents waiting, free KV (vLLM's count: free blocks, cached ones nobod
 whether the first waiting agent fits: admitting it takes its cached prefix blocks out of the free pool,
 then new blocks for its whole CPU-tier hit (vLLM allocates a waiting request's external hit at admission)
 and its first chunk; vLLM's scheduler stops at the first waiting request it cannot place
-(`Scheduler.schedule`'s waiting loop), so agents behind it wait too.
+(`Scheduler.schedule`'s waiting loop), so agents behind it wait too. It also gives the median time of a
+voice decode step (the gap between a reply's tokens) by how many agent prefills the step carried, beside
+the seed's 60-66 ms "beside three long agent prefills".
 
     .venv/bin/python tools/step_mix.py --condition vllm-priority --seed 0 --duration 600
 """
@@ -17,7 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, field
 from typing import Any
 
 from flatshare.colocation.experiment import MAIN_CONDITIONS, ColocationPlan, build_run
@@ -47,6 +50,24 @@ class StepMix:
     agent_prefill_tokens: int = 0
     agent_decode_tokens: int = 0
     agent_decode_only_steps_s: float = 0.0
+    # how long each voice decode step took (the gap between a reply's tokens), by agent prefills in it:
+    voice_step_s_by_prefills: dict[int, list[float]] = field(default_factory=dict)
+
+    def _gaps(self) -> dict[str, float]:
+        """Median step time of voice decode steps with no, one, two and three or more agent prefills."""
+        out: dict[str, float] = {}
+        for label, keys in (("no", (0,)), ("1", (1,)), ("2", (2,)), ("3+", None)):
+            times = [
+                t
+                for n, ts in self.voice_step_s_by_prefills.items()
+                if (n >= 3 if keys is None else n in keys)
+                for t in ts
+            ]
+            out[f"voice_decode_step_ms_median_with_{label}_agent_prefill"] = (
+                round(1e3 * statistics.median(times), 1) if times else float("nan")
+            )
+            out[f"voice_decode_steps_with_{label}_agent_prefill"] = len(times)
+        return out
 
     def report(self, virtual_s: float) -> dict[str, float]:
         bare = max(1, self.voice_decode_steps - self.voice_decode_with_agent_prefill)
@@ -74,6 +95,7 @@ class StepMix:
             "time_in_steps_with_agent_decode_and_no_prefill_share": round(
                 self.agent_decode_only_steps_s / virtual_s, 3
             ),
+            **self._gaps(),
         }
 
 
@@ -101,6 +123,7 @@ def _watch(engine: SimEngine, mix: StepMix) -> None:
         if not any(r.startswith("voice") and n == 1 for r, n in report.scheduled.items()):
             return
         mix.voice_decode_steps += 1
+        mix.voice_step_s_by_prefills.setdefault(len(prefill), []).append(took)
         if agent_prefill:
             mix.voice_decode_with_agent_prefill += 1
             return

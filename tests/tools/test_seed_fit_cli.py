@@ -5,7 +5,6 @@ grid included."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -26,16 +25,6 @@ def _capture_points(seed_fit: ModuleType, monkeypatch: pytest.MonkeyPatch) -> li
 
     monkeypatch.setattr(seed_fit, "_rank", rank)
     return ranked
-
-
-@pytest.fixture(scope="module")
-def seed_fit() -> ModuleType:
-    path = Path(__file__).parents[2] / "tools" / "seed_fit.py"
-    spec = importlib.util.spec_from_file_location("seed_fit", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_a_fix_takes_grid_values_of_the_parameters_type(seed_fit: ModuleType) -> None:
