@@ -52,6 +52,8 @@ class StepMix:
     agent_decode_only_steps_s: float = 0.0
     # how long each voice decode step took (the gap between a reply's tokens), by agent prefills in it:
     voice_step_s_by_prefills: dict[int, list[float]] = field(default_factory=dict)
+    # running agents whose prompt is not yet all computed (mid-prefill), summed over voice decode steps:
+    agents_mid_prefill: int = 0
 
     def _gaps(self) -> dict[str, float]:
         """Median step time of voice decode steps with no, one, two and three or more agent prefills."""
@@ -95,6 +97,9 @@ class StepMix:
             "time_in_steps_with_agent_decode_and_no_prefill_share": round(
                 self.agent_decode_only_steps_s / virtual_s, 3
             ),
+            "voice_decode_steps_agents_mid_prefill_mean": round(
+                self.agents_mid_prefill / max(1, self.voice_decode_steps), 2
+            ),
             **self._gaps(),
         }
 
@@ -124,6 +129,11 @@ def _watch(engine: SimEngine, mix: StepMix) -> None:
             return
         mix.voice_decode_steps += 1
         mix.voice_step_s_by_prefills.setdefault(len(prefill), []).append(took)
+        mix.agents_mid_prefill += sum(
+            1
+            for r in scheduler.running
+            if _is_agent(r.request_id) and r.num_computed_tokens < r.num_prompt_tokens
+        )
         if agent_prefill:
             mix.voice_decode_with_agent_prefill += 1
             return
