@@ -70,6 +70,7 @@ SENSITIVITY: tuple[tuple[str, Any], ...] = (
     ("voice_system_tokens", 2000),
     ("agent_source", "weka"),
     ("async_scheduling", False),
+    ("long_prefill_token_threshold", 128),
 )
 
 
@@ -199,6 +200,7 @@ def _sensitivity_row(label: str, summary: ColocationSummary) -> str:
             f"{m.voice_turn_p95_s or 0.0:.2f}",
             f"{m.voice_over_target_frac or 0.0:.0%}",
             f"{m.voice_ttft_mean_s or 0.0:.2f}",
+            f"{m.stage_first_sentence_mean_s or 0.0:.2f}",
             "-" if share is None else f"{share:.0%}",
         ]
     return "| " + " | ".join(cells) + " |"
@@ -206,7 +208,7 @@ def _sensitivity_row(label: str, summary: ColocationSummary) -> str:
 
 def sensitivity(seeds: int, duration: float) -> list[str]:
     keys = ("alone", "vllm-priority", "make-room-t48")
-    cols = ("p95 s", "over target", "TTFT mean s", "KV share of wait")
+    cols = ("p95 s", "over target", "TTFT mean s", "1st sentence mean s", "KV share of wait")
     lines = [
         f"One unstated parameter changed at a time from the seed preset ({seeds} seeds x {duration:.0f} "
         f"virtual s, 2 callers, {_mode(SEED)} unless the row changes it).",
@@ -216,7 +218,7 @@ def sensitivity(seeds: int, duration: float) -> list[str]:
         + " | "
         + " | ".join(f"T=48 {c}" for c in cols)
         + " |",
-        "|---" * 9 + "|",
+        "|---" * (1 + 2 * len(cols)) + "|",
         _sensitivity_row("seed preset", _summary(SEED, keys, seeds, duration)),
     ]
     for name, value in SENSITIVITY:

@@ -87,6 +87,16 @@ def test_the_engine_runs_the_setups_scheduling_mode() -> None:
     assert not engine_config(stock, SEED.with_changes(async_scheduling=False)).async_scheduling
 
 
+def test_the_engine_takes_the_setups_prefill_cap() -> None:
+    from flatshare.colocation.experiment import engine_config
+    from flatshare.colocation.setup import SEED
+
+    stock = next(c for c in MAIN_CONDITIONS if c.key == "vllm-priority")
+    assert engine_config(stock, SEED).long_prefill_token_threshold == 0  # vLLM's default: no cap
+    capped = engine_config(stock, SEED.with_changes(long_prefill_token_threshold=128))
+    assert capped.long_prefill_token_threshold == 128
+
+
 # Its plan has no window T: the sweep figure must not call legend() on empty axes (a UserWarning in CI).
 @pytest.mark.filterwarnings("error::UserWarning")
 def test_the_cli_passes_the_scheduling_mode_and_prints_the_presets_defaults(tmp_path: Path) -> None:

@@ -80,7 +80,22 @@ def test_setup_lists_the_unstated_parameters_only_for_the_seed_preset() -> None:
     assert "not the seed preset" in other[-1]
 
 
-@pytest.mark.parametrize("bad", [{"agent_source": "x"}, {"voice_system_tokens": 0}, {"api_latency_s": -1.0}])
+def test_a_run_from_before_a_setup_field_ran_at_its_default_and_is_still_the_preset() -> None:
+    older = SEED.to_json()
+    del older["long_prefill_token_threshold"]  # runs made before the field existed
+    assert "not the seed preset" not in unstated_lines(older)[-1]
+    assert "not the seed preset" in unstated_lines({**older, "no_such_field": 1})[-1]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"agent_source": "x"},
+        {"voice_system_tokens": 0},
+        {"api_latency_s": -1.0},
+        {"long_prefill_token_threshold": -1},
+    ],
+)
 def test_setup_rejects_bad_values(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         Setup(**bad)

@@ -171,6 +171,7 @@ def engine_config(condition: Condition, setup: Setup) -> Any:
         cpu_tier_tokens=setup.cpu_tier_tokens,
         scheduler_reserve_full_isl=setup.reserve_full_isl,
         async_scheduling=setup.async_scheduling,
+        long_prefill_token_threshold=setup.long_prefill_token_threshold,
     )
 
 
