@@ -409,6 +409,48 @@ def test_make_room_counts_the_reservation_an_asynchronous_load_must_leave() -> N
     assert turn_mr.ttft_s < 0.3 < turn_stock.ttft_s  # type: ignore[attr-defined]
 
 
+def _capped_reload_case(**make_room_settings: object) -> dict[str, object]:
+    """A voice turn whose 1,600-token prefix sits in the CPU tier (evicted from the GPU by a filler)
+    arrives while two lower-priority requests decode in most of the cache, under vLLM's per-request
+    prefill cap (`--long-prefill-token-threshold 128`) and admission on the first chunk. vLLM allocates a
+    request's whole CPU-tier hit at admission; only its first chunk past the hit is capped."""
+    requests = [
+        req("voice0", 0.0, 1600, 2, priority=0, group="sys"),
+        req("filler", 0.3, 3500, 2, priority=1),
+        req("agent1", 1.0, 1800, 300, priority=1),
+        req("agent2", 1.0, 1800, 300, priority=1),
+        req("voice1", 2.0, 1616, 2, priority=0, group="sys"),
+    ]
+    settings = make_room(**make_room_settings) if make_room_settings else {}
+    config = EngineConfig(
+        kv_tokens=4096,
+        max_model_len=fitting_model_len(4096, 16),
+        cpu_tier_tokens=8192,
+        long_prefill_token_threshold=128,
+        scheduler_reserve_full_isl=False,  # admission on the first chunk (the seed preset's rule)
+        **settings,  # type: ignore[arg-type]
+    )
+    engine = SimEngine(config, load_profile())
+    result = engine.run(requests)
+    return {"records": by_id(result), "counters": result.scheduler_counters, "tier": result.cpu_tier}
+
+
+def test_make_room_counts_a_possible_cpu_tier_hit_whole_under_a_prefill_cap() -> None:
+    # Found in the co-location sensitivity run with --long-prefill-token-threshold 128: make-room counted a
+    # waiting turn's first chunk as 128 tokens, thought it fitted, preempted nobody and opened its window,
+    # while vLLM allocated the turn's whole CPU-tier hit and refused it step after step (connector_deferred
+    # 8,170 in one 600 s run); the turns waited for the agents to finish, up to 57 s (T=48 p95 24.9 s,
+    # stock 9.9 s).
+    stock = _capped_reload_case()
+    mr = _capped_reload_case(window_tokens=48)
+    turn_stock, turn_mr = stock["records"]["voice1"], mr["records"]["voice1"]  # type: ignore[index]
+    assert mr["tier"]["loads_started"] >= 1  # type: ignore[index]
+    counters = mr["counters"]
+    assert counters["connector_deferred"] == 0 and counters["mispredicted_admissions"] == 0  # type: ignore[index]
+    assert counters["preemptions_for_waiting"] >= 1  # type: ignore[index]
+    assert turn_mr.ttft_s < 0.5 < 2.0 < turn_stock.ttft_s  # type: ignore[attr-defined]
+
+
 def test_a_turn_behind_an_agent_whose_load_just_finished_is_acted_for() -> None:
     # Found in the co-location experiment (seed preset, seed 4, voice/0/8 sent at 90.27 s): vLLM drains
     # requests holding loaded KV first; an agent whose CPU-tier load had just finished was the request vLLM

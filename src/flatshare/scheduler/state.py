@@ -160,11 +160,19 @@ def _empty_groups(s: Any) -> tuple[list[Any], ...]:
 
 
 def admission(s: Any, request: Request) -> policy.Admission:
-    """What `request` needs to be admitted this step, counted as vLLM's `allocate_slots` counts it."""
+    """What `request` needs to be admitted this step, counted as vLLM's `allocate_slots` counts it.
+
+    vLLM allocates a KV connector's hit (the CPU tier's) whole at admission, and caps only the chunk past
+    it (`--long-prefill-token-threshold`). Whether the connector has a hit is known only by asking it,
+    which has side effects, so with a connector a request not yet computed is counted with no cap: the hit
+    and the chunk past it are at most its whole prompt. (Counted with the cap, make-room took a turn
+    whose tier hit did not fit for one that did, preempted nobody, opened its window, and vLLM refused
+    the turn step after step.)"""
     manager = s.kv_cache_manager
     hits, hit_tokens = _prefix_hit(s, request)
     local = request.num_computed_tokens + hit_tokens
-    cap = long_prefill_cap(s)
+    may_load = s.connector is not None and request.num_computed_tokens == 0
+    cap = 0 if may_load else long_prefill_cap(s)
     chunk = request.num_tokens - local
     chunk = min(chunk, cap) if cap > 0 else chunk
     needed = _blocks_for(s, request, hits, local, min(local + chunk, s.max_model_len), False)
