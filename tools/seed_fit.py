@@ -5,10 +5,11 @@ seed does not state (max model length, CPU-tier size, vLLM's admission rule, the
 system prompt) and ranks the points by their distance to the seed's stock rows only
 (`flatshare.colocation.seed_table`, rows marked fitted): squared log ratio for times, squared difference in
 tens of points for shares of turns.
-The grid now holds nine CPU-tier sizes and five KV-cache sizes (2,160 points); seed-fit.md and
-seed-fit-async.md were run when it held two tier sizes (8 and 32 GiB) and the profile's KV cache alone (96
-points), seed-fit-cpu-tier.md is the tier axis alone at that KV cache, and seed-fit-kv.md the KV cache
-against four tier sizes.
+The grid now holds nine CPU-tier sizes, five KV-cache sizes and three per-request prefill caps (6,480
+points); seed-fit.md and seed-fit-async.md were run when it held two tier sizes (8 and 32 GiB) and the
+profile's KV cache alone (96 points), seed-fit-cpu-tier.md is the tier axis alone at that KV cache,
+seed-fit-kv.md the KV cache against four tier sizes, and seed-fit-prefill-cap.md the cap at the preset's
+other values. A table without a parameter's column ran at its default (`_unlisted`).
 
 `refine`: re-runs the best points of a `fit` table with more seeds and longer runs (the grid's ranking is
 noisy at 2 seeds), ranked the same way.
@@ -25,6 +26,10 @@ reports the stock baseline's and make-room T=48's voice p95, turns over target a
         --fix api_latency_s=0.06 --fix voice_system_tokens=4000 \
         --fix cpu_tier_tokens=16384,24576,32768,65536 --seeds 10 --duration 600 \
         --out docs/results/colocation/seed-fit-kv.md   (the KV cache against four tier sizes)
+    .venv/bin/python tools/seed_fit.py fit --fix max_model_len=16384 --fix reserve_full_isl=False \
+        --fix api_latency_s=0.06 --fix voice_system_tokens=4000 --fix cpu_tier_tokens=65536 \
+        --fix kv_tokens=45056 --seeds 10 --duration 600 \
+        --out docs/results/colocation/seed-fit-prefill-cap.md   (vLLM's per-request prefill cap)
     .venv/bin/python tools/seed_fit.py refine --grid docs/results/colocation/seed-fit.md --top 8 \
         --seeds 5 --duration 600 --out docs/results/colocation/seed-fit-refined.md
     .venv/bin/python tools/seed_fit.py sensitivity --out docs/results/colocation/sensitivity.md
@@ -56,6 +61,7 @@ GRID: dict[str, tuple[Any, ...]] = {
     "api_latency_s": (0.0, 0.03, 0.06, 0.09),
     "voice_system_tokens": (600, 2000, 4000),
     "kv_tokens": (40960, 43008, 45056, 47104, 49152),
+    "long_prefill_token_threshold": (0, 128, 256),
 }
 SENSITIVITY: tuple[tuple[str, Any], ...] = (
     ("reserve_full_isl", True),

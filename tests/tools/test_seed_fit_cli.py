@@ -42,7 +42,9 @@ def test_a_fixed_slice_runs_every_combination_of_the_values_given(
     fixed["cpu_tier_tokens"] = (16384, 24576)
     fixed["kv_tokens"] = (40960, 45056)
     seed_fit.fit(1, 1.0, fixed)
-    tiers_and_kv = [(point[1], point[-1]) for point in ranked]
+    names = list(seed_fit.GRID)
+    tier, kv = names.index("cpu_tier_tokens"), names.index("kv_tokens")
+    tiers_and_kv = [(point[tier], point[kv]) for point in ranked]
     assert tiers_and_kv == [(16384, 40960), (16384, 45056), (24576, 40960), (24576, 45056)]
 
 
@@ -69,12 +71,15 @@ def test_refine_reads_the_values_a_table_prints(
     names = " | ".join(seed_fit.GRID)
     table.write_text(
         f"| loss | {names} | turn p95 s |\n|---|---|\n| seed | | | | | | | 1.8 |\n"
-        "| 1.0 | 16384 | 65536 | False | 0.06 | 4000 | 45056 | 9 |\n"
-        "| 2.0 | 32768 | 262144 | True | 0.0 | 600 | 40960 | 9 |\n"
+        "| 1.0 | 16384 | 65536 | False | 0.06 | 4000 | 45056 | 0 | 9 |\n"
+        "| 2.0 | 32768 | 262144 | True | 0.0 | 600 | 40960 | 128 | 9 |\n"
     )
     ranked = _capture_points(seed_fit, monkeypatch)
     seed_fit.refine(table, 2, 1, 1.0)
-    assert ranked == [(16384, 65536, False, 0.06, 4000, 45056), (32768, 262144, True, 0.0, 600, 40960)]
+    assert ranked == [
+        (16384, 65536, False, 0.06, 4000, 45056, 0),
+        (32768, 262144, True, 0.0, 600, 40960, 128),
+    ]
 
 
 def test_refine_runs_a_table_from_before_the_kv_cache_joined_the_grid_at_the_profiles_kv_cache(
@@ -87,7 +92,7 @@ def test_refine_runs_a_table_from_before_the_kv_cache_joined_the_grid_at_the_pro
     )
     ranked = _capture_points(seed_fit, monkeypatch)
     seed_fit.refine(table, 1, 1, 1.0)
-    assert ranked == [(16384, 65536, False, 0.06, 4000, 40960)]
+    assert ranked == [(16384, 65536, False, 0.06, 4000, 40960, 0)]  # and vLLM's default: no prefill cap
 
 
 def test_refine_stops_on_a_file_without_a_table(seed_fit: ModuleType, tmp_path: Path) -> None:
