@@ -93,6 +93,13 @@ def experiment_colocation(
             help="vLLM's scheduling mode [seed preset: async, vLLM 0.32's default on a GPU].",
         ),
     ] = None,
+    long_prefill_token_threshold: Annotated[
+        int | None,
+        typer.Option(
+            help="vLLM's per-request prefill chunk cap, 0 for none "
+            f"[seed preset: {SEED.long_prefill_token_threshold}]."
+        ),
+    ] = None,
     conditions: Annotated[
         str | None, typer.Option(help="Only these conditions, comma-separated keys [all].")
     ] = None,
@@ -124,6 +131,11 @@ def experiment_colocation(
             api_latency_s=SEED.api_latency_s if api_latency is None else api_latency,
             agent_source=agent_source or SEED.agent_source,
             async_scheduling=SEED.async_scheduling if async_scheduling is None else async_scheduling,
+            long_prefill_token_threshold=(
+                SEED.long_prefill_token_threshold
+                if long_prefill_token_threshold is None
+                else long_prefill_token_threshold
+            ),
         )
         if quick:
             plan = dataclasses.replace(QUICK, setup=setup)

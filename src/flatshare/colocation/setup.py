@@ -167,11 +167,12 @@ UNSTATED = (
     Unstated(
         "per-request prefill cap",
         "none (vLLM's default, --long-prefill-token-threshold 0)",
-        "0 / 128",
+        "0 / 128 / 256",
         "the seed names no such option. Its 'beside three long agent prefills' could read as three prefills "
         "in one step, which vLLM's v1 scheduler does only under a cap (without one, the first prefilling "
-        "request takes the whole budget left); the sensitivity table shows a cap of 128 tokens. Not fitted: "
-        "the preset takes vLLM's default.",
+        "request takes the whole budget left). Fitted at the preset's other values (10 seeds x 600 s, "
+        "seed-fit-prefill-cap.md): no cap first (loss 0.28), 256 a close second (0.28), 128 third (0.44).",
+        fitted=True,
     ),
     Unstated(
         "voice calls",
