@@ -385,12 +385,23 @@ def _reload_case(**make_room_settings: object) -> dict[str, object]:
         req("agent", 1.0, 3000, 60, priority=1),
         req("voice1", 1.05, 1616, 2, priority=0, group="sys"),
     ]
+    return _run_tier_case(requests, {}, make_room_settings)
+
+
+def _run_tier_case(
+    requests: list[SimRequest], engine_settings: dict[str, object], make_room_settings: dict[str, object]
+) -> dict[str, object]:
+    """Run `requests` on a 4,096-token KV cache with an 8,192-token CPU tier (make-room when settings are
+    given): the records by id, make-room's counters and the tier's."""
     settings = make_room(**make_room_settings) if make_room_settings else {}
     config = EngineConfig(
-        kv_tokens=4096, max_model_len=fitting_model_len(4096, 16), cpu_tier_tokens=8192, **settings
+        kv_tokens=4096,
+        max_model_len=fitting_model_len(4096, 16),
+        cpu_tier_tokens=8192,
+        **engine_settings,
+        **settings,
     )  # type: ignore[arg-type]
-    engine = SimEngine(config, load_profile())
-    result = engine.run(requests)
+    result = SimEngine(config, load_profile()).run(requests)
     return {"records": by_id(result), "counters": result.scheduler_counters, "tier": result.cpu_tier}
 
 
@@ -421,18 +432,9 @@ def _capped_reload_case(**make_room_settings: object) -> dict[str, object]:
         req("agent2", 1.0, 1800, 300, priority=1),
         req("voice1", 2.0, 1616, 2, priority=0, group="sys"),
     ]
-    settings = make_room(**make_room_settings) if make_room_settings else {}
-    config = EngineConfig(
-        kv_tokens=4096,
-        max_model_len=fitting_model_len(4096, 16),
-        cpu_tier_tokens=8192,
-        long_prefill_token_threshold=128,
-        scheduler_reserve_full_isl=False,  # admission on the first chunk (the seed preset's rule)
-        **settings,  # type: ignore[arg-type]
-    )
-    engine = SimEngine(config, load_profile())
-    result = engine.run(requests)
-    return {"records": by_id(result), "counters": result.scheduler_counters, "tier": result.cpu_tier}
+    # admission on the first chunk: the seed preset's rule
+    engine_settings = {"long_prefill_token_threshold": 128, "scheduler_reserve_full_isl": False}
+    return _run_tier_case(requests, engine_settings, make_room_settings)
 
 
 def test_make_room_counts_a_possible_cpu_tier_hit_whole_under_a_prefill_cap() -> None:
