@@ -57,14 +57,11 @@ class StepMix:
 
     def _gaps(self) -> dict[str, float]:
         """Median step time of voice decode steps with no, one, two and three or more agent prefills."""
+        groups: list[list[float]] = [[], [], [], []]
+        for n, ts in self.voice_step_s_by_prefills.items():
+            groups[min(n, 3)].extend(ts)
         out: dict[str, float] = {}
-        for label, keys in (("no", (0,)), ("1", (1,)), ("2", (2,)), ("3+", None)):
-            times = [
-                t
-                for n, ts in self.voice_step_s_by_prefills.items()
-                if (n >= 3 if keys is None else n in keys)
-                for t in ts
-            ]
+        for label, times in zip(("no", "1", "2", "3+"), groups, strict=True):
             out[f"voice_decode_step_ms_median_with_{label}_agent_prefill"] = (
                 round(1e3 * statistics.median(times), 1) if times else float("nan")
             )

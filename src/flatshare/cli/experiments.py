@@ -123,19 +123,17 @@ def experiment_colocation(
     try:
         if admission not in rules:
             raise ValueError(f"--admission must be full-prompt or first-chunk, got {admission!r}")
+        given = {
+            "max_model_len": max_model_len,
+            "kv_tokens": kv_tokens,
+            "cpu_tier_tokens": cpu_tier_tokens,
+            "api_latency_s": api_latency,
+            "agent_source": agent_source or None,
+            "async_scheduling": async_scheduling,
+            "long_prefill_token_threshold": long_prefill_token_threshold,
+        }  # an option left out keeps the preset's value
         setup = SEED.with_changes(
-            max_model_len=SEED.max_model_len if max_model_len is None else max_model_len,
-            kv_tokens=SEED.kv_tokens if kv_tokens is None else kv_tokens,
-            cpu_tier_tokens=SEED.cpu_tier_tokens if cpu_tier_tokens is None else cpu_tier_tokens,
-            reserve_full_isl=rules[admission],
-            api_latency_s=SEED.api_latency_s if api_latency is None else api_latency,
-            agent_source=agent_source or SEED.agent_source,
-            async_scheduling=SEED.async_scheduling if async_scheduling is None else async_scheduling,
-            long_prefill_token_threshold=(
-                SEED.long_prefill_token_threshold
-                if long_prefill_token_threshold is None
-                else long_prefill_token_threshold
-            ),
+            reserve_full_isl=rules[admission], **{k: v for k, v in given.items() if v is not None}
         )
         if quick:
             plan = dataclasses.replace(QUICK, setup=setup)

@@ -171,8 +171,7 @@ def admission(s: Any, request: Request) -> policy.Admission:
     manager = s.kv_cache_manager
     hits, hit_tokens = _prefix_hit(s, request)
     local = request.num_computed_tokens + hit_tokens
-    may_load = s.connector is not None and request.num_computed_tokens == 0
-    cap = 0 if may_load else long_prefill_cap(s)
+    cap = 0 if _may_load(s, request) else long_prefill_cap(s)
     chunk = request.num_tokens - local
     chunk = min(chunk, cap) if cap > 0 else chunk
     needed = _blocks_for(s, request, hits, local, min(local + chunk, s.max_model_len), False)
@@ -187,6 +186,12 @@ def admission(s: Any, request: Request) -> policy.Admission:
     return policy.Admission(needed, held_hits, watermark, free, seats, s.max_num_scheduled_tokens, reserved)
 
 
+def _may_load(s: Any, request: Request) -> bool:
+    """Whether a KV connector may load part of `request` when it is admitted: there is one, and the
+    request has computed nothing (asking the connector has side effects, so a hit is never ruled out)."""
+    return s.connector is not None and request.num_computed_tokens == 0
+
+
 def _load_reservations(s: Any, request: Request) -> tuple[tuple[str, int], ...]:
     """Blocks in-flight prefills keep from an asynchronous load's admission (vLLM 0.32: `reserved_blocks`
     in the waiting loop's `allocate_slots` call). Whether the connector will answer with an asynchronous
@@ -194,7 +199,7 @@ def _load_reservations(s: Any, request: Request) -> tuple[tuple[str, int], ...]:
     lookup), so with a connector every request not yet computed counts as a possible load: at worst
     make-room preempts for a reservation vLLM would not have applied, never holds for a request vLLM
     will not admit."""
-    if s.connector is None or request.num_computed_tokens > 0 or not hasattr(s, "_inflight_prefills"):
+    if not _may_load(s, request) or not hasattr(s, "_inflight_prefills"):
         return ()
     reserved = [
         (r.request_id, s._request_remaining_blocks(r)) for r in s._inflight_prefills if r is not request
