@@ -3,8 +3,8 @@
 Two server starts, one after the other: vLLM's stock scheduler, then make-room. On each server the
 test calibrates a profile (`calibrate-engine`, every probe 5 times), then replays a small
 voice-plus-agents workload against the server twice (the real-vs-real noise) and once through the
-simulator with that profile. Then the same comparison (`--real-from`, no server) with a profile from
-another engine must fail.
+simulator with that profile. Then the same comparison (`--real-from`, no server) with a wrong profile
+must fail.
 
 Asserted rows (`ENGINE_ROWS`), what the engine decides: vLLM's own mean inter-token and end-to-end
 latency (its histograms, before any HTTP response) against the simulator's means, and the preemption
@@ -19,14 +19,19 @@ tokens often arrive late and in one burst while other streams are busy; the simu
 server), and the mean KV use (`/metrics` answers late during those bursts, so its samples favour
 idle moments).
 
-The check can fail: the same comparison against a profile from another engine (`llama3-8b-24gb`) is
-out of bounds, its engine timing more than 3 x the floor off (asserted). The comparison with the
-simulator's KV cache halved is run and reported; whether it leaves the bounds depends on the noise
-measured that time.
+The check can fail: the same comparison with the stock server's own profile made 4 x slower (every
+step-time coefficient) is out of bounds, its engine timing more than 3 x the floor off (asserted). A
+profile from another engine (`llama3-8b-24gb`) is compared and reported, not asserted: how far it is
+from the tiny model depends on how fast the machine running the test is (+309% to +1471% engine e2e on
+the development machine; +105% on a CI machine whose real runs were 2-3 x slower, where the 3 x floor
+margin then failed). The comparison with the simulator's KV cache halved is run and reported; whether
+it leaves the bounds depends on the noise measured that time.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +39,7 @@ import pytest
 
 from flatshare.fidelity.command import FidelitySummary, calibrate_engine_command, fidelity_command
 from flatshare.fidelity.compare import Row
+from flatshare.sim.profile import STEP_COEFFICIENTS, StepTimeProfile, load_profile
 from flatshare.testing.tiny_model import make_tiny_model
 from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
 
@@ -80,6 +86,16 @@ def _fidelity(endpoint: str, profile: Path, out: Path, scheduler: str, **kw: obj
     )  # fmt: skip
 
 
+SLOWER = 4.0  # the wrong profile: this machine's own, every step-time coefficient x 4
+
+
+def _slower(path: Path, factor: float) -> StepTimeProfile:
+    """The profile at `path` with every step-time coefficient multiplied by `factor`."""
+    profile = load_profile(str(path))
+    scaled = {name: getattr(profile, name) * factor for name in STEP_COEFFICIENTS}
+    return dataclasses.replace(profile, name=f"{profile.name}-{factor:g}x-slower", **scaled)
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, FidelitySummary]]:
     model = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
@@ -97,8 +113,12 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Fide
     stock, profile, halved = out / "stock", out / "tiny-stock.json", BLOCKS // 2
     found["halved-kv"] = _fidelity("", profile, out / "halved", "vllm", real_from=stock, kv_blocks=halved)
     print("halved KV:", found["halved-kv"].line())
+    slower = out / f"tiny-stock-{SLOWER:g}x-slower.json"
+    slower.write_text(json.dumps(_slower(profile, SLOWER).to_dict()))
+    found["slower-profile"] = _fidelity("", slower, out / "slower", "vllm", real_from=stock)
+    print(f"profile {SLOWER:g} x slower:", found["slower-profile"].line())
     found["other-profile"] = _fidelity("", Path("llama3-8b-24gb"), out / "other", "vllm", real_from=stock)
-    print("other profile:", found["other-profile"].line())
+    print("other engine's profile (reported):", found["other-profile"].line())
     yield found
 
 
@@ -133,16 +153,18 @@ def test_the_sim_is_within_the_noise_bounds_on_the_engine_rows(
     assert not bad, f"{bad}\n{(results[name].out / 'report.md').read_text()}"
 
 
-def test_a_profile_from_another_engine_is_far_out_of_bounds(results: dict[str, FidelitySummary]) -> None:
+def test_a_profile_for_a_slower_machine_is_far_out_of_bounds(results: dict[str, FidelitySummary]) -> None:
     """Out of bounds, and its timing error more than 3 x the floor whatever the noise of the moment.
 
     The margin was 3 x each row's bound until a CI run whose two real runs differed by 35% (engine
-    e2e 2.04 s and 1.32 s): the bound grew to 105%, and the other profile's +198% e2e error, rejected,
-    was "only" 1.9 x outside it. How wrong a profile is does not depend on the real-vs-real noise, so
-    the margin is now against the fixed floor; the verdict is still judged on the noise-scaled bounds."""
-    other = results["other-profile"]
-    assert not other.result.verdict
-    timing = _rows(other, TIMING_ROWS)
+    e2e 2.04 s and 1.32 s): the bound grew to 105%. It was then 3 x the floor, against a profile from
+    another engine (`llama3-8b-24gb`), until a CI run on a machine where the tiny model ran 2-3 x slower
+    than here: that profile came within +105% (rejected, but under 3 x the floor). A fixed profile's
+    distance from the real engine depends on the machine's speed; this one is calibrated on the machine
+    and made 4 x slower, so its error does not."""
+    slower = results["slower-profile"]
+    assert not slower.result.verdict
+    timing = _rows(slower, TIMING_ROWS)
     assert len(timing) == len(TIMING_ROWS)
     assert max(abs(r.sim_error or 0.0) for r in timing) > 3 * FLOOR, [r.to_json() for r in timing]
 

@@ -34,7 +34,8 @@ from flatshare.errors import InputError
 from flatshare.sim.config import UPPER_BOUNDS
 
 DEFAULT_PROFILE = "llama3-8b-24gb"
-_COEFFICIENTS = (
+# The step-time model's coefficients (seconds), in `step_time`'s order.
+STEP_COEFFICIENTS = (
     "step_fixed_s",
     "prefill_token_s",
     "decode_token_s",
@@ -87,7 +88,7 @@ class StepTimeProfile:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isprintable():
             raise InputError(f"profile name must be printable text on one line, got {self.name!r}")
-        for name in (*_COEFFICIENTS, "api_latency_s", "cpu_load_bytes_per_s"):
+        for name in (*STEP_COEFFICIENTS, "api_latency_s", "cpu_load_bytes_per_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise InputError(f"profile {self.name}: {name} must be a finite number, got {value!r}")
@@ -95,7 +96,7 @@ class StepTimeProfile:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise InputError(f"profile {self.name}: {name} must be an integer, got {value!r}")
-        for name in (*_COEFFICIENTS, "api_latency_s"):
+        for name in (*STEP_COEFFICIENTS, "api_latency_s"):
             if getattr(self, name) < 0:
                 raise InputError(f"profile {self.name}: {name} must be >= 0")
         if self.step_fixed_s <= 0:
