@@ -161,6 +161,32 @@ def test_victims_whose_blocks_come_back_after_the_step_in_flight_admit_it_in_the
     assert short.victims == () and short.declined and not short.next_step
 
 
+def test_the_next_step_count_takes_the_staying_requests_growth_in_that_step_too() -> None:
+    # Found by the invariant suite's soak (async scheduling, CPU tier): make-room preempted a victim under
+    # a deferred free for a request needing 30 blocks, counting 26 free + 5 back - 1 for a staying decode
+    # crossing a block boundary this step; in the next step another staying decode crossed one first and
+    # 29 were free. The request missed the step and the preemption was wasted.
+    victim = RunningView("victim", 10, 0.0, tuple(range(5)), 1, 0, freeable=False)
+    now = RunningView("now", 1, 1.0, tuple(range(5, 26)), 1, 1, next_tokens=1)
+    later = RunningView("later", 1, 2.0, tuple(range(26, 45)), 1, 0, next_tokens=1, next_blocks=1)
+    refs = {i: 1 for i in range(45)}
+    running = [victim, now, later]
+    assert fits(need(30, free=26), running, [victim], refs, deferred=True)  # one step's growth: 26 + 5 - 1
+    assert not fits(need(30, free=26), running, [victim], refs, deferred=True, next_step=True)  # 29 < 30
+    short = choose_victims(need(30, free=26), running, 5, 2, refs)
+    assert short.victims == () and short.declined and not short.next_step
+    assert choose_victims(need(29, free=26), running, 5, 2, refs).next_step
+
+
+def test_the_next_step_budget_is_what_the_staying_requests_take_in_that_step() -> None:
+    victim = RunningView("victim", 10, 0.0, tuple(range(4)), 1, 0, freeable=False)
+    chunk = RunningView("chunk", 1, 1.0, (4,), 100, 0, next_tokens=512)  # its prompt's next chunk
+    refs = {i: 1 for i in range(5)}
+    assert fits(need(4, free=2), [victim, chunk], [victim], refs, deferred=True)
+    assert not fits(need(4, free=2), [victim, chunk], [victim], refs, deferred=True, next_step=True)
+    assert choose_victims(need(4, free=2), [victim, chunk], 5, 2, refs).declined
+
+
 def test_the_fewest_victims_are_taken_even_if_more_would_admit_it_a_step_sooner() -> None:
     # "b" (vLLM's first victim) is under a deferred free; "a" frees at once. One victim is enough once
     # b's blocks are back, so make-room takes b alone rather than b and a for a step sooner.

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class RunningView:
     """A running request as victim choice sees it: priority, arrival, KV block ids of all groups, what
-    the running loop would give it this step if it stays (tokens and new blocks), and whether vLLM frees
-    its blocks at once when it is preempted (not under a deferred free, which still frees its seat)."""
+    the running loop would give it this step if it stays (tokens and new blocks), whether vLLM frees
+    its blocks at once when it is preempted (not under a deferred free, which still frees its seat), and
+    what the running loop would give it in the step after (`next_tokens`, and `next_blocks` new blocks
+    on top of `step_blocks`), which comes before a request admitted in that step."""
 
     request_id: str
     priority: int
@@ -25,6 +27,8 @@ class RunningView:
     step_tokens: int = 0
     step_blocks: int = 0
     freeable: bool = True
+    next_tokens: int = 0
+    next_blocks: int = 0
 
 
 @dataclass(frozen=True)
@@ -98,9 +102,11 @@ def fits(
     victims: Sequence[RunningView],
     ref_counts: dict[int, int],
     deferred: bool = False,
+    next_step: bool = False,
 ) -> bool:
-    """Whether vLLM admits the waiting request this step once `victims` are preempted (with `deferred`:
-    once their deferred frees, if any, are back too, i.e. in the next step if nothing else changes).
+    """Whether vLLM admits the waiting request this step once `victims` are preempted. With `deferred`,
+    their deferred frees, if any, count as back; with `next_step`, the question is the next step's: the
+    staying requests have taken this step's blocks and take their `next_tokens` and `next_blocks` first.
 
     The running requests that stay are scheduled first and take their `step_tokens` and `step_blocks`;
     the request then needs a seat, some token budget, and its blocks plus the watermark. Hit blocks
@@ -110,14 +116,13 @@ def fits(
     staying = [r for r in running if r.request_id not in gone]
     if admission.seats_free + len(victims) <= 0:
         return False
-    if sum(r.step_tokens for r in staying) >= admission.token_budget:
+    if sum(r.next_tokens if next_step else r.step_tokens for r in staying) >= admission.token_budget:
         return False
     released = _released(victims, ref_counts, deferred)
-    need = admission.request_blocks + len(released & admission.hit_block_ids)
-    need += sum(r.step_blocks for r in staying)
+    taken = {r.request_id: r.step_blocks + (r.next_blocks if next_step else 0) for r in staying}
+    need = admission.request_blocks + len(released & admission.hit_block_ids) + sum(taken.values())
     need += admission.watermark_blocks if staying else 0
-    if admission.load_reserved_blocks:  # what a staying prefill takes this step is no longer reserved
-        taken = {r.request_id: r.step_blocks for r in staying}
+    if admission.load_reserved_blocks:  # what a staying prefill takes first is no longer reserved
         need += sum(
             max(n - taken.get(rid, 0), 0) for rid, n in admission.load_reserved_blocks if rid not in gone
         )
@@ -136,8 +141,11 @@ def choose_victims(
     admitted; nobody if `max_victims` of them would not. Admitted this step when the victims' blocks
     come back at once; when some come back only after the step in flight (deferred frees), the same
     fewest victims are preempted now and the request fits in the next step (`next_step`), rather than
-    taking more victims to be admitted one step sooner. With `for_seats` false a victim is never taken
-    only to free a seat (the waiting request then waits for one, as in stock vLLM)."""
+    taking more victims to be admitted one step sooner. The next step's count takes the staying
+    requests' growth in both steps: counting one step's, make-room preempted a victim for a request
+    that then missed the next step by the block a decoding request took in it. With `for_seats` false
+    a victim is never taken only to free a seat (the waiting request then waits for one, as in stock
+    vLLM)."""
     if fits(admission, running, (), ref_counts):
         return VictimChoice((), admitted=True)
     candidates = [r for r in vllm_victim_order(running) if r.priority > waiting_priority]
@@ -147,12 +155,12 @@ def choose_victims(
     chosen: list[RunningView] = []
     for candidate in candidates[:max_victims]:
         chosen.append(candidate)
-        if not fits(admission, running, chosen, ref_counts, deferred=True):
-            continue
         victims = tuple(r.request_id for r in chosen)
         if fits(admission, running, chosen, ref_counts):
             return VictimChoice(victims, admitted=True, for_seats=seat_bound)
-        return VictimChoice(victims, admitted=False, for_seats=seat_bound, next_step=True)
+        deferred = any(not r.freeable for r in chosen)
+        if deferred and fits(admission, running, chosen, ref_counts, deferred=True, next_step=True):
+            return VictimChoice(victims, admitted=False, for_seats=seat_bound, next_step=True)
     return VictimChoice((), admitted=False, declined=bool(candidates))
 
 

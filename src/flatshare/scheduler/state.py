@@ -117,7 +117,15 @@ def running_views(
     `threshold` (and with prefill `deferred`): tokens (before the budget runs out) and new blocks."""
     cap = long_prefill_cap(s)
     step = s.current_step + 1  # schedule() increments current_step first
-    return [_view(s, r, _step_tokens(s, r, threshold, hold_decode, cap, step, deferred)) for r in s.running]
+    views = []
+    for r in s.running:
+        tokens = _step_tokens(s, r, threshold, hold_decode, cap, step, deferred)
+        if tokens == 0:
+            after = _step_tokens(s, r, threshold, hold_decode, cap, step + 1, deferred)
+        else:
+            after = _tokens_after(s, r, tokens, cap)
+        views.append(_view(s, r, tokens, after))
+    return views
 
 
 def _step_tokens(
@@ -139,20 +147,33 @@ def _step_tokens(
     return max(tokens, 0)
 
 
-def _view(s: Any, r: Request, tokens: int) -> policy.RunningView:
+def _tokens_after(s: Any, r: Request, tokens: int, cap: int) -> int:
+    """Tokens the running loop gives `r` in the step after this one, in which it gets `tokens`: the rest
+    of its prompt in a chunk (under the cap and the step's budget), else one decode step as this one;
+    none once its last token is in flight. (A decode's count does not change between steps: under async
+    scheduling `num_computed_tokens` and the output placeholders move together.)"""
+    computed = r.num_computed_tokens + tokens
+    if computed < r.num_tokens:  # a chunk of its prompt (or of what it recomputes) is left
+        after = min(r.num_tokens - computed, cap if cap > 0 else s.max_num_scheduled_tokens)
+    elif r.num_output_tokens + r.num_output_placeholders + 1 >= r.max_tokens:
+        return 0  # this step samples its last token
+    else:
+        after = 1 + r.num_tokens_with_spec - r.num_tokens if is_prefill(r) else tokens
+    return max(min(after, s.max_model_len - computed - s.num_sampled_tokens_per_step), 0)
+
+
+def _view(s: Any, r: Request, tokens: int, after: int) -> policy.RunningView:
     manager = s.kv_cache_manager
     block_ids = tuple(
         b.block_id for group in manager.get_blocks(r.request_id).blocks for b in group if not b.is_null
     )
-    blocks = _running_blocks(s, r, tokens) if tokens > 0 else 0
+    computed, empty = r.num_computed_tokens, _empty_groups(s)
+    blocks = _blocks_for(s, r, empty, computed, computed + tokens, False) if tokens > 0 else 0
+    both = _blocks_for(s, r, empty, computed, computed + tokens + after, False) if after > 0 else blocks
     freeable = bool(s._request_blocks_can_be_freed(r))
-    return policy.RunningView(r.request_id, r.priority, r.arrival_time, block_ids, tokens, blocks, freeable)
-
-
-def _running_blocks(s: Any, r: Request, tokens: int) -> int:
-    """New blocks `allocate_slots` takes for a running request's `tokens` (vLLM's count)."""
-    computed = r.num_computed_tokens
-    return _blocks_for(s, r, _empty_groups(s), computed, computed + tokens, False)
+    return policy.RunningView(
+        r.request_id, r.priority, r.arrival_time, block_ids, tokens, blocks, freeable, after, both - blocks
+    )
 
 
 def _empty_groups(s: Any) -> tuple[list[Any], ...]:
