@@ -152,7 +152,7 @@ def _tokens_after(s: Any, r: Request, tokens: int, cap: int) -> int:
     of its prompt in a chunk (under the cap and the step's budget), else one decode step as this one;
     none once its last token is in flight. (A decode's count does not change between steps: under async
     scheduling `num_computed_tokens` and the output placeholders move together.)"""
-    computed = r.num_computed_tokens + tokens
+    computed = r.num_computed_tokens + min(tokens, s.max_num_scheduled_tokens)  # the step's budget at most
     if computed < r.num_tokens:  # a chunk of its prompt (or of what it recomputes) is left
         after = min(r.num_tokens - computed, cap if cap > 0 else s.max_num_scheduled_tokens)
     elif r.num_output_tokens + r.num_output_placeholders + 1 >= r.max_tokens:
@@ -169,10 +169,21 @@ def _view(s: Any, r: Request, tokens: int, after: int) -> policy.RunningView:
     )
     computed, empty = r.num_computed_tokens, _empty_groups(s)
     blocks = _blocks_for(s, r, empty, computed, computed + tokens, False) if tokens > 0 else 0
-    both = _blocks_for(s, r, empty, computed, computed + tokens + after, False) if after > 0 else blocks
+    scheduled = min(tokens, s.max_num_scheduled_tokens)
+    both = _blocks_for(s, r, empty, computed, computed + scheduled + after, False) if after > 0 else blocks
     freeable = bool(s._request_blocks_can_be_freed(r))
+    # Past the budget (`tokens` > what the step schedules) `blocks` counts more than both steps take; the
+    # next step is then refused on its budget alone, so the extra blocks decide nothing.
     return policy.RunningView(
-        r.request_id, r.priority, r.arrival_time, block_ids, tokens, blocks, freeable, after, both - blocks
+        r.request_id,
+        r.priority,
+        r.arrival_time,
+        block_ids,
+        tokens,
+        blocks,
+        freeable,
+        after,
+        max(both - blocks, 0),
     )
 
 
