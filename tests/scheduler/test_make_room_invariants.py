@@ -290,12 +290,22 @@ NEXT_STEP_SOONER = Scenario(
     {**NEXT_STEP_GROWTH.make_room, "max_victims": 1, "window_tokens": 8},
 )  # fmt: skip
 
+# Found by the soak profile: in a step the hold bound released, make-room preempted r4 for r0 (p1) to be
+# admitted in the next step, where the hold was back and held r0 behind the p0 turns' windows.
+NEXT_STEP_HELD = Scenario(
+    (req("r0", 0.3, 994, 1, priority=1), req("r1", 0.3, 238, 80, priority=0), req("r2", 0.0, 226, 78, priority=1),
+     req("r3", 0.3, 257, 116, priority=0), req("r4", 0.0, 1093, 61, priority=5)),
+    NEXT_STEP_SOONER.engine.with_changes(max_num_seqs=7),
+    {**NEXT_STEP_SOONER.make_room, "window_tokens": 48},
+)  # fmt: skip
+
 
 @settings(settings.get_profile(PROFILE))
 @given(scenario=scenarios())
 @example(scenario=NEXT_STEP_GROWTH)
 @example(scenario=NEXT_STEP_BUDGET)
 @example(scenario=NEXT_STEP_SOONER)
+@example(scenario=NEXT_STEP_HELD)
 def test_make_room_invariants(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> None:
     note(repr(scenario))
     tmp = tmp_path_factory.mktemp("inv")

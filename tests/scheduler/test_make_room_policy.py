@@ -159,6 +159,9 @@ def test_victims_whose_blocks_come_back_after_the_step_in_flight_admit_it_in_the
     # Too little even when the blocks are back: nobody is preempted.
     short = choose_victims(need(15, free=10), [deferred], 0, 2, refs)
     assert short.victims == () and short.declined and not short.next_step
+    # Not when the request cannot be admitted next step anyway (make-room's hold is back then).
+    now_only = choose_victims(need(12, free=10), [deferred], 0, 2, refs, next_step=False)
+    assert now_only.victims == () and now_only.declined and not now_only.next_step
 
 
 def test_the_next_step_count_takes_the_staying_requests_growth_in_that_step_too() -> None:

@@ -168,7 +168,13 @@ class MakeRoomMixin(Scheduler):
         if_admitted = threshold
         if opens:
             if_admitted = candidate.priority if threshold is None else min(threshold, candidate.priority)
-        choice = self._choose(candidate, if_admitted, deferred, trace)
+        # Released for this step by the hold bound, the hold is back in the next one: a request it would
+        # hold then is not preempted for to be admitted then (the soak's case: r4 preempted for r0, and r0
+        # held by a voice window in the step its blocks came back).
+        held_next = not hold_on and policy.is_held(
+            candidate.priority, self._running_window_threshold(), True, False
+        )
+        choice = self._choose(candidate, if_admitted, deferred, trace, next_step=not held_next)
         if choice.admitted:
             plan.threshold = if_admitted
             plan.acted_for = candidate.request_id if (choice.victims or opens) else None
@@ -219,14 +225,19 @@ class MakeRoomMixin(Scheduler):
         )
 
     def _choose(
-        self, candidate: Request, threshold: int | None, deferred: bool, trace: dict[str, Any]
+        self,
+        candidate: Request,
+        threshold: int | None,
+        deferred: bool,
+        trace: dict[str, Any],
+        next_step: bool,
     ) -> policy.VictimChoice:
         config = self.make_room
         views = state.running_views(self, threshold, config.hold_decode, deferred)
         need = state.admission(self, candidate)
         refs = state.ref_counts(self, views, need)
         choice = policy.choose_victims(
-            need, views, candidate.priority, config.max_victims, refs, config.preempt_for_seats
+            need, views, candidate.priority, config.max_victims, refs, config.preempt_for_seats, next_step
         )
         if choice.victims or choice.declined:
             trace.update(

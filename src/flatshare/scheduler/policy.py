@@ -136,6 +136,7 @@ def choose_victims(
     max_victims: int,
     ref_counts: dict[int, int],
     for_seats: bool = True,
+    next_step: bool = True,
 ) -> VictimChoice:
     """The fewest strictly lower-priority requests, taken in vLLM's order, that get the waiting request
     admitted; nobody if `max_victims` of them would not. Admitted this step when the victims' blocks
@@ -145,7 +146,7 @@ def choose_victims(
     requests' growth in both steps: counting one step's, make-room preempted a victim for a request
     that then missed the next step by the block a decoding request took in it. With `for_seats` false
     a victim is never taken only to free a seat (the waiting request then waits for one, as in stock
-    vLLM)."""
+    vLLM); with `next_step` false only victims that admit it this step are taken."""
     if fits(admission, running, (), ref_counts):
         return VictimChoice((), admitted=True)
     candidates = [r for r in vllm_victim_order(running) if r.priority > waiting_priority]
@@ -158,7 +159,7 @@ def choose_victims(
         victims = tuple(r.request_id for r in chosen)
         if fits(admission, running, chosen, ref_counts):
             return VictimChoice(victims, admitted=True, for_seats=seat_bound)
-        deferred = any(not r.freeable for r in chosen)
+        deferred = next_step and any(not r.freeable for r in chosen)
         if deferred and fits(admission, running, chosen, ref_counts, deferred=True, next_step=True):
             return VictimChoice(victims, admitted=False, for_seats=seat_bound, next_step=True)
     return VictimChoice((), admitted=False, declined=bool(candidates))
