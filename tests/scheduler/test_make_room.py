@@ -302,6 +302,22 @@ def test_the_one_class_name_follows_vllms_scheduling_mode(async_scheduling: bool
     assert isinstance(engine.scheduler, AsyncMakeRoomScheduler) == async_scheduling
 
 
+def test_a_turn_whose_first_chunk_fits_costs_no_preemption() -> None:
+    # Without a KV connector vLLM allocates a waiting request's first chunk, at most the step's budget
+    # (vLLM 0.31's rule; 0.32's default reserves the whole prompt). make-room counted the whole 1,000-token
+    # prompt (63 blocks, 52 free), preempted the agent, and the turn's first token came no sooner.
+    requests = [req("agent", 0.0, 1200, 400, priority=10), req("voice", 0.5, 1000, 20, priority=0)]
+    settings: dict[str, object] = {
+        "kv_tokens": 2048,
+        "max_num_batched_tokens": 256,
+        "scheduler_reserve_full_isl": False,
+    }
+    stock = by_id(run(requests, **settings))["voice"]
+    result = run(requests, **settings, **make_room())
+    assert result.scheduler_counters["preemptions_for_waiting"] == 0
+    assert by_id(result)["voice"].ttft_s <= stock.ttft_s + 0.01  # type: ignore[attr-defined]
+
+
 def test_async_make_room_makes_room_for_the_voice_turn() -> None:
     requests = agents_and_voice()
     stock = by_id(run(requests, kv_tokens=FULL_KV, async_scheduling=True))["voice"]

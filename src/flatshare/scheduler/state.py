@@ -199,13 +199,18 @@ def admission(s: Any, request: Request) -> policy.Admission:
     which has side effects, so with a connector a request not yet computed is counted with no cap: the hit
     and the chunk past it are at most its whole prompt. (Counted with the cap, make-room took a turn
     whose tier hit did not fit for one that did, preempted nobody, opened its window, and vLLM refused
-    the turn step after step.)"""
+    the turn step after step.) Without one, vLLM allocates the chunk the step's token budget leaves under
+    chunked prefill; make-room counts the whole budget, an upper bound (counted as the whole prompt, it
+    preempted an agent for a turn whose first chunk fitted)."""
     manager = s.kv_cache_manager
     hits, hit_tokens = _prefix_hit(s, request)
     local = request.num_computed_tokens + hit_tokens
-    cap = 0 if _may_load(s, request) else long_prefill_cap(s)
     chunk = request.num_tokens - local
-    chunk = min(chunk, cap) if cap > 0 else chunk
+    if not _may_load(s, request):
+        cap = long_prefill_cap(s)
+        chunk = min(chunk, cap) if cap > 0 else chunk
+        if s.scheduler_config.enable_chunked_prefill:
+            chunk = min(chunk, s.max_num_scheduled_tokens)
     needed = _blocks_for(s, request, hits, local, min(local + chunk, s.max_model_len), False)
     if s.scheduler_reserve_full_isl:
         full = min(request.num_tokens, s.max_model_len)
