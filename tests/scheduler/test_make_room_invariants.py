@@ -121,6 +121,9 @@ class Run:
     trace: list[dict[str, Any]]
     # Per step: the requests it admitted or kept, scheduled or holding blocks for a CPU-tier load.
     admitted: list[frozenset[str]]
+    # Per step: the requests whose CPU-tier lookup the connector deferred ("ask again": blocks they would
+    # hit were being stored or loaded), which vLLM then skips for the step.
+    lookups_deferred: list[frozenset[str]]
 
 
 def simulate(scenario: Scenario, tmp: Path, make_room: dict[str, Any] | None) -> Run:
@@ -132,11 +135,26 @@ def simulate(scenario: Scenario, tmp: Path, make_room: dict[str, Any] | None) ->
     engine = SimEngine(config, load_profile())
     decisions: list[tuple[tuple[tuple[str, int], ...], tuple[str, ...]]] = []
     admitted: list[frozenset[str]] = []
+    lookups_deferred: list[frozenset[str]] = []
+    deferred_now: set[str] = set()
     scheduler = engine.scheduler
     schedule = scheduler.schedule
+    connector = scheduler.connector
+    if connector is not None:
+        lookup = connector.get_num_new_matched_tokens
+
+        def recording_lookup(request: Any, computed: int) -> Any:
+            found = lookup(request, computed)
+            if found[0] is None:
+                deferred_now.add(request.request_id)
+            return found
+
+        connector.get_num_new_matched_tokens = recording_lookup  # type: ignore[method-assign]
 
     def recording_schedule(*args: Any, **kwargs: Any) -> Any:
+        deferred_now.clear()
         output = schedule(*args, **kwargs)
+        lookups_deferred.append(frozenset(deferred_now))
         decisions.append(
             (tuple(sorted(output.num_scheduled_tokens.items())), tuple(sorted(output.preempted_req_ids)))
         )
@@ -149,7 +167,7 @@ def simulate(scenario: Scenario, tmp: Path, make_room: dict[str, Any] | None) ->
     scheduler.schedule = recording_schedule  # type: ignore[method-assign]
     result = engine.run(scenario.requests)
     trace = [json.loads(line) for line in trace_path.read_text().splitlines()] if trace_path.exists() else []
-    return Run(result, decisions, trace, admitted)
+    return Run(result, decisions, trace, admitted, lookups_deferred)
 
 
 def check_complete(run: Run, scenario: Scenario) -> None:
@@ -196,10 +214,13 @@ def check_next_step_admissions(run: Run, scenario: Scenario) -> None:
     """A request make-room preempted for whose victims' blocks come back only after the step in flight
     (`next_step` in the trace: async scheduling with a KV connector that defers frees) is admitted in the
     next step, scheduled or into a CPU-tier load, unless a request of the same or a better priority,
-    newly admitted in that step, took the room first. Admitted in the same step is sooner, not a miss:
+    newly admitted or newly scheduled in that step (its CPU-tier load done), took the room first: the
+    next step's count does not include what a load that finishes takes, which make-room cannot know. Admitted in the same step is sooner, not a miss:
     with a connector make-room counts a request's whole prompt (the connector's hit is allocated whole,
     and asking the connector has side effects), where vLLM, finding no hit, allocates only the chunk the
-    step's budget leaves."""
+    step's budget leaves. Nor is a step in which the connector deferred the request's lookup ("ask
+    again" while blocks it would hit are being loaded for another request), which make-room cannot ask
+    about."""
     priority = {r.id: r.priority for r in scenario.requests}
     for line in run.trace:
         request_id = line.get("next_step")
@@ -208,9 +229,14 @@ def check_next_step_admissions(run: Run, scenario: Scenario) -> None:
         step = line["step"]  # vLLM's current_step: the step's 1-based index in run.admitted
         assert step < len(run.admitted), line
         before, after = run.admitted[step - 1], run.admitted[step]
-        if request_id in before or request_id in after:
+        if request_id in before or request_id in after or request_id in run.lookups_deferred[step]:
             continue
-        overtaken = [r for r in after - before if priority[r] <= priority[request_id]]
+        # Newly admitted, or newly scheduled: a request whose CPU-tier load finished is scheduled before any
+        # waiting one (vLLM drains `kv_holding_waiting` first) and may take the step's budget.
+        scheduled_before = {rid for rid, _ in run.decisions[step - 1][0]}
+        scheduled_after = {rid for rid, _ in run.decisions[step][0]}
+        first = (after - before) | (scheduled_after - scheduled_before)
+        overtaken = [r for r in first if priority[r] <= priority[request_id]]
         assert overtaken, f"{request_id} not admitted in the step after its victims were preempted: {line}"
 
 
