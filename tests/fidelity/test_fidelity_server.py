@@ -31,7 +31,6 @@ it leaves the bounds depends on the noise measured that time.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +38,7 @@ import pytest
 
 from flatshare.fidelity.command import FidelitySummary, calibrate_engine_command, fidelity_command
 from flatshare.fidelity.compare import Row
+from flatshare.fidelity.profile_file import write_profile
 from flatshare.sim.profile import STEP_COEFFICIENTS, StepTimeProfile, load_profile
 from flatshare.testing.tiny_model import make_tiny_model
 from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
@@ -114,7 +114,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Fide
     found["halved-kv"] = _fidelity("", profile, out / "halved", "vllm", real_from=stock, kv_blocks=halved)
     print("halved KV:", found["halved-kv"].line())
     slower = out / f"tiny-stock-{SLOWER:g}x-slower.json"
-    slower.write_text(json.dumps(_slower(profile, SLOWER).to_dict()))
+    write_profile(_slower(profile, SLOWER), slower)
     found["slower-profile"] = _fidelity("", slower, out / "slower", "vllm", real_from=stock)
     print(f"profile {SLOWER:g} x slower:", found["slower-profile"].line())
     found["other-profile"] = _fidelity("", Path("llama3-8b-24gb"), out / "other", "vllm", real_from=stock)

@@ -215,12 +215,13 @@ def check_next_step_admissions(run: Run, scenario: Scenario) -> None:
     (`next_step` in the trace: async scheduling with a KV connector that defers frees) is admitted in the
     next step, scheduled or into a CPU-tier load, unless a request of the same or a better priority,
     newly admitted or newly scheduled in that step (its CPU-tier load done), took the room first: the
-    next step's count does not include what a load that finishes takes, which make-room cannot know. Admitted in the same step is sooner, not a miss:
-    with a connector make-room counts a request's whole prompt (the connector's hit is allocated whole,
-    and asking the connector has side effects), where vLLM, finding no hit, allocates only the chunk the
-    step's budget leaves. Nor is a step in which the connector deferred the request's lookup ("ask
-    again" while blocks it would hit are being loaded for another request), which make-room cannot ask
-    about."""
+    next step's count does not include what a load that finishes takes, which make-room cannot know.
+
+    Admitted in the same step is sooner, not a miss: with a connector make-room counts a request's whole
+    prompt (the connector's hit is allocated whole, and asking the connector has side effects), where
+    vLLM, finding no hit, allocates only the chunk the step's budget leaves. Nor is a step in which the
+    connector deferred the request's lookup ("ask again" while blocks it would hit are being loaded for
+    another request), which make-room cannot ask about."""
     priority = {r.id: r.priority for r in scenario.requests}
     for line in run.trace:
         request_id = line.get("next_step")
@@ -298,7 +299,8 @@ NEXT_STEP_GROWTH = Scenario(
 # prompt rather than by the step's budget, so it looked finished; make-room preempted r0 for r2, and in
 # the next step r1's next chunk took the budget.
 NEXT_STEP_BUDGET = Scenario(
-    (req("r0", 0.0, 900, 120, priority=10), req("r1", 0.08, 1500, 20, priority=1), req("r2", 0.1, 600, 10, priority=5)),
+    (req("r0", 0.0, 900, 120, priority=10), req("r1", 0.08, 1500, 20, priority=1),
+     req("r2", 0.1, 600, 10, priority=5)),
     EngineConfig(
         kv_tokens=4096, max_model_len=2032, max_num_seqs=4, max_num_batched_tokens=256, policy="priority",
         cpu_tier_tokens=8192, async_scheduling=True, scheduler_reserve_full_isl=False,
@@ -319,8 +321,9 @@ NEXT_STEP_SOONER = Scenario(
 # Found by the soak profile: in a step the hold bound released, make-room preempted r4 for r0 (p1) to be
 # admitted in the next step, where the hold was back and held r0 behind the p0 turns' windows.
 NEXT_STEP_HELD = Scenario(
-    (req("r0", 0.3, 994, 1, priority=1), req("r1", 0.3, 238, 80, priority=0), req("r2", 0.0, 226, 78, priority=1),
-     req("r3", 0.3, 257, 116, priority=0), req("r4", 0.0, 1093, 61, priority=5)),
+    (req("r0", 0.3, 994, 1, priority=1), req("r1", 0.3, 238, 80, priority=0),
+     req("r2", 0.0, 226, 78, priority=1), req("r3", 0.3, 257, 116, priority=0),
+     req("r4", 0.0, 1093, 61, priority=5)),
     NEXT_STEP_SOONER.engine.with_changes(max_num_seqs=7),
     {**NEXT_STEP_SOONER.make_room, "window_tokens": 48},
 )  # fmt: skip
