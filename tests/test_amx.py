@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import platform
 import subprocess
 import sys
@@ -17,16 +18,20 @@ XFEATURE_XTILEDATA = 18  # the tile data state component (Linux arch/x86/include
 # A fresh interpreter: permission is per process and cleared on exec, so the test's own process (which may
 # have asked already) says nothing. It reads the permitted state mask before and after the plugin runs,
 # with arch_prctl(ARCH_GET_XCOMP_PERM = 0x1022) through libc's syscall (SYS_arch_prctl = 158 on x86-64).
+# A kernel before 5.16 has no such call (EINVAL): the mask is then None, which only a CPU without AMX
+# may report.
 PROBE = """
-import ctypes, json
+import ctypes, errno, json
 import torch
 from flatshare.amx import request_amx_permission
 libc = ctypes.CDLL(None, use_errno=True)
 def permitted():
     mask = ctypes.c_uint64(0)
-    if libc.syscall(158, 0x1022, ctypes.byref(mask)) != 0:
-        raise OSError(ctypes.get_errno(), "arch_prctl(ARCH_GET_XCOMP_PERM)")
-    return mask.value
+    if libc.syscall(158, 0x1022, ctypes.byref(mask)) == 0:
+        return mask.value
+    if ctypes.get_errno() == errno.EINVAL:
+        return None
+    raise OSError(ctypes.get_errno(), "arch_prctl(ARCH_GET_XCOMP_PERM)")
 before = permitted()
 returned = request_amx_permission()
 again = request_amx_permission()
@@ -50,9 +55,33 @@ def test_a_fresh_process_is_granted_tile_data_exactly_when_the_cpu_has_amx() -> 
     probe = json.loads(run.stdout.strip().splitlines()[-1])
     tile_bit = 1 << XFEATURE_XTILEDATA
     if probe["amx_tile"]:
+        assert probe["before"] is not None and probe["after"] is not None
         assert not probe["before"] & tile_bit, "permitted before the plugin ran: the probe shows nothing"
         assert probe["returned"] is True and probe["again"] is True
         assert probe["after"] & tile_bit
     else:
         assert probe["returned"] is False and probe["again"] is False
-        assert not probe["after"] & tile_bit
+        assert not (probe["after"] or 0) & tile_bit
+
+
+def test_a_refusal_on_an_amx_cpu_returns_false_and_warns(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The kernel refusing cannot be produced here for real: torch's two calls stand in for it."""
+    import torch
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    monkeypatch.setattr(torch.cpu, "_init_amx", lambda: False)
+    with caplog.at_level(logging.WARNING, logger="flatshare.amx"):
+        assert request_amx_permission() is False
+    assert "refused" in caplog.text and "illegal instruction" in caplog.text
+
+
+def test_a_cpu_without_amx_is_not_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    asked: list[bool] = []
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_init_amx", lambda: asked.append(True) or True)
+    assert request_amx_permission() is False
+    assert asked == []
