@@ -170,6 +170,20 @@ def test_failure_mid_stream_reaches_the_client_as_an_error_event(two: Rig) -> No
     assert scrape(two.url)["flatshare_gateway_errors_total{kind=upstream_midstream}"] == 1
 
 
+def test_a_backend_dying_after_its_done_leaves_the_stream_whole(two: Rig) -> None:
+    """The upstream breaks after `[DONE]` reached the client (a backend killed between its last event and
+    the response's end): the client's stream is already whole, so no error event and no second `[DONE]`.
+    Seen in the gateway soak as "more than one [DONE]"."""
+    two.states[0].tokens, two.states[0].break_after_done = 3, True
+    with httpx.stream(
+        "POST", f"{two.url}/v1/completions", json={"prompt": "hi", "stream": True}, timeout=10
+    ) as r:
+        events = read_events(r)
+    assert [json.loads(e)["choices"][0]["text"] for e in events[:3]] == [" t0", " t1", " t2"]
+    assert events[3:] == ["[DONE]"]
+    assert scrape(two.url).get("flatshare_gateway_errors_total{kind=upstream_midstream}", 0) == 0
+
+
 def test_long_request_moves_off_the_backend_whose_kv_is_full(two: Rig) -> None:
     two.states[0].kv_usage = 0.93
     wait_for(lambda: backend_rows(two.url)["b0"]["kv_usage"] == 0.93, 5.0, "a scrape of the new KV use")

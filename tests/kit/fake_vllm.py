@@ -71,6 +71,7 @@ class FakeState:
     tokens: int = 4
     token_delay_s: float = 0.0
     break_after: int | None = None  # tokens sent before the connection is cut
+    break_after_done: bool = False  # cut the connection after `[DONE]`, before the response's end
     status: int = 200
     bodies: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
@@ -143,6 +144,8 @@ async def _events(state: FakeState) -> AsyncIterator[bytes]:
             yield sse({"choices": [{"index": 0, "text": f" t{i}", "finish_reason": finish}]})
         yield DONE
         done = True
+        if state.break_after_done:
+            raise RuntimeError("fake backend dies after [DONE]")
     finally:
         if done:
             state.finished += 1

@@ -3,9 +3,10 @@
 Streams pass through whole events at a time (`sse.py`). If the upstream connection breaks, or the stream
 ends without `data: [DONE]`, the client gets an explicit `data: {"error": {...}}` event (type
 `BadGatewayError`, code 502, naming the backend) and then `data: [DONE]`, as vLLM reports its own
-failures mid-stream: never a silent truncation. The upstream response is closed however the relay ends;
-when the client goes away the proxy cancels the relay, and closing the connection makes vLLM abort the
-request. Non-streaming answers are read whole first, so a failure while reading becomes a clean 502.
+failures mid-stream: never a silent truncation. A break after `[DONE]` was relayed adds nothing (the
+client's stream is already whole), though the backend's failure is still recorded. The upstream response
+is closed however the relay ends; when the client goes away the proxy cancels the relay, and closing the
+connection makes vLLM abort the request. Non-streaming answers are read whole first, so a failure while reading becomes a clean 502.
 """
 
 from __future__ import annotations
@@ -88,7 +89,10 @@ async def send_stream(
             failure = None if framer.done else f"backend {state.name} ended the stream without [DONE]"
         except UpstreamError as exc:
             state.record_failure(f"proxy: {exc}")
-            rest, failure = b"", f"backend {state.name} failed mid-stream: {exc}"
+            # A break after `[DONE]` was relayed (a backend killed before its response's end) leaves the
+            # client's stream whole: an error event and a second `[DONE]` after it would be a corrupt one.
+            rest = b""
+            failure = None if framer.done else f"backend {state.name} failed mid-stream: {exc}"
         if failure is not None:
             metrics.error("upstream_midstream")
             rest += GatewayError(502, failure, "upstream_midstream", "BadGatewayError").sse_event() + DONE
