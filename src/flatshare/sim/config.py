@@ -19,6 +19,8 @@ SCHEDULER_ALIASES = {
 SCHEDULER_CONFIG_KEYS = {"make-room": "make_room", "sglang-preempt": "sglang_preempt", "reserve": "reserve"}
 """The `additional_config` key each flatshare scheduler reads its settings from (docs/baselines-engine.md)."""
 POLICIES = ("fcfs", "priority")
+KV_LOAD_FAILURE_POLICIES = ("fail", "recompute")
+FAILURE_REPORTS = ("request", "blocks")
 UPPER_BOUNDS = {
     "block_size": 2**12,
     "kv_tokens": 2**24,
@@ -57,6 +59,19 @@ class EngineConfig:
     its first chunk does (False, vLLM's rule before the PR).
     `async_scheduling` (--async-scheduling): the engine schedules each step while the previous one
     runs, and the scheduler is vLLM's `AsyncScheduler` (make-room picks its async variant itself).
+    `watermark` (vLLM's `SchedulerConfig.watermark`): the fraction of KV blocks a waiting request's
+    admission leaves free while others run (0: none, vLLM's default).
+    `max_loras` (--enable-lora --max-loras): LoRA adapters one step may serve (0: LoRA off); a
+    request names its adapter with `SimRequest.lora_id`.
+    `draft_tokens` (--speculative-config): > 0 runs a parallel drafter (vLLM's draft-model method with
+    `parallel_drafting`, as PARD) proposing that many tokens: vLLM charges each scheduled request that
+    many extra input slots and keeps lookahead blocks for them. The simulated model proposes no drafts,
+    so decoding itself is unchanged; the budget and block rules are vLLM's.
+    `kv_load_failure_policy` (--kv-transfer-config's): what vLLM does with a failed CPU-tier load,
+    "fail" the request (vLLM's default) or "recompute" it; `cpu_tier_load_failures` the fraction of
+    CPU-tier loads that fail (chosen by a hash of the load, so runs repeat), reported as
+    `cpu_tier_failure_report`: "request" (`KVConnectorOutput.failed_recving`) or "blocks"
+    (`invalid_block_ids`, the load's first block).
     """
 
     block_size: int = 16
@@ -74,6 +89,12 @@ class EngineConfig:
     async_scheduling: bool = False
     long_prefill_token_threshold: int = 0
     scheduler_reserve_full_isl: bool = True
+    watermark: float = 0.0
+    max_loras: int = 0
+    draft_tokens: int = 0
+    kv_load_failure_policy: str = "fail"
+    cpu_tier_load_failures: float = 0.0
+    cpu_tier_failure_report: str = "request"
 
     def __post_init__(self) -> None:
         positive = ("block_size", "kv_tokens", "max_num_batched_tokens", "max_num_seqs", "max_model_len")
@@ -90,6 +111,30 @@ class EngineConfig:
             raise InputError("engine config: long_prefill_token_threshold must be >= 0")
         if self.cpu_tier_tokens < 0:
             raise InputError(f"engine config: cpu_tier_tokens must be >= 0, got {self.cpu_tier_tokens}")
+        if not 0.0 <= self.watermark < 1.0:
+            raise InputError(f"engine config: watermark must be in [0, 1), got {self.watermark!r}")
+        if not isinstance(self.max_loras, int) or isinstance(self.max_loras, bool) or self.max_loras < 0:
+            raise InputError(f"engine config: max_loras must be an integer >= 0, got {self.max_loras!r}")
+        if (
+            not isinstance(self.draft_tokens, int)
+            or isinstance(self.draft_tokens, bool)
+            or not 0 <= self.draft_tokens <= 16
+        ):
+            raise InputError(
+                f"engine config: draft_tokens must be an integer in [0, 16], got {self.draft_tokens!r}"
+            )
+        if self.kv_load_failure_policy not in KV_LOAD_FAILURE_POLICIES:
+            raise InputError(
+                f"engine config: kv_load_failure_policy must be one of {KV_LOAD_FAILURE_POLICIES}, "
+                f"got {self.kv_load_failure_policy!r}"
+            )
+        if self.cpu_tier_failure_report not in FAILURE_REPORTS:
+            raise InputError(
+                f"engine config: cpu_tier_failure_report must be one of {FAILURE_REPORTS}, "
+                f"got {self.cpu_tier_failure_report!r}"
+            )
+        if not 0.0 <= self.cpu_tier_load_failures <= 1.0:
+            raise InputError("engine config: cpu_tier_load_failures must be a fraction in [0, 1]")
         if self.sample_interval_s <= 0:
             raise InputError("engine config: sample_interval_s must be > 0")
         if self.policy not in POLICIES:

@@ -86,6 +86,8 @@ class TransferJob:
     tokens: int
     is_store: bool
     block_ids: tuple[int, ...] = ()
+    dst_block_ids: tuple[int, ...] = ()
+    """A load's GPU blocks, the ones a failed load leaves invalid."""
 
 
 @dataclass
@@ -222,7 +224,10 @@ class SimCpuTierConnector(KVConnectorBase_V1):
         end = (state.local_tokens + num_external_tokens) // self.block_size
         keys = tuple(request.block_hashes[start:end])
         self.tier.prepare_load(keys)
-        job = TransferJob(next(self._job_ids), request.request_id, keys, num_external_tokens, False)
+        dst = tuple(blocks.get_block_ids()[0][start:end])
+        job = TransferJob(
+            next(self._job_ids), request.request_id, keys, num_external_tokens, False, dst_block_ids=dst
+        )
         assert not state.jobs, "a load is issued only when the request has no other transfer"
         state.jobs.add(job.job_id)
         self._jobs[job.job_id] = self._batch_loads[job.job_id] = job

@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.engine import FinishReason
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request
 
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.connector import SimCpuTierConnector
-from flatshare.sim.offload_worker import SimOffloadWorker
+from flatshare.sim.offload_worker import SimOffloadWorker, failing_fraction
 from flatshare.sim.profile import ScheduledWork, StepTimeProfile
 from flatshare.sim.records import EngineSample, RequestRecord
 from flatshare.sim.requests import SimRequest
@@ -85,7 +86,8 @@ class SimEngine:
         self._worker: SimOffloadWorker | None = None
         if self._tier is not None:
             per_token = profile.load_time(1)  # PCIe is full duplex: stores at the same rate, on their own
-            self._worker = SimOffloadWorker(per_token, per_token)
+            fails = failing_fraction(config.cpu_tier_load_failures)
+            self._worker = SimOffloadWorker(per_token, per_token, fails, config.cpu_tier_failure_report)
         self.now = 0.0
         self.steps = 0
         self.preemptions = 0
@@ -423,7 +425,8 @@ class SimEngine:
                     report.tokens.append((out.request_id, len(out.new_token_ids)))
                 if out.finish_reason is not None:
                     record.finish_s = self.now
-                    record.status = "finished"
+                    # vLLM finishes a request whose KV load failed under the "fail" policy with an error.
+                    record.status = "failed" if out.finish_reason == FinishReason.ERROR else "finished"
                     record.finish_reason = str(out.finish_reason)
                     report.finished.append(out.request_id)
 
@@ -442,7 +445,7 @@ class SimEngine:
 
     def _check_drained(self) -> None:
         free = self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
-        unfinished = [r.id for r in self.records.values() if r.status != "finished"]
+        unfinished = [r.id for r in self.records.values() if r.status not in ("finished", "failed")]
         transfers = 0
         if self._tier is not None and self._worker is not None:
             transfers = (

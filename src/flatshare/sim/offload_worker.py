@@ -5,6 +5,8 @@ See `flatshare.sim.connector` for what vLLM 0.32's offloading connector does and
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
@@ -29,6 +31,21 @@ class TransferCounters:
     """Steps that waited for a flushed store before starting."""
     flushed_jobs: int = 0
     flush_s: float = 0.0
+    loads_failed: int = 0
+    """Loads reported as failed (`failed_recving` or `invalid_block_ids`)."""
+
+
+def failing_fraction(fraction: float) -> Callable[[TransferJob], bool]:
+    """A load-failure rule that fails about `fraction` of loads, the same ones in every run (a hash of
+    the request id and the job's number, not a random draw)."""
+
+    def fails(job: TransferJob) -> bool:
+        if fraction <= 0.0:
+            return False
+        digest = hashlib.blake2b(f"{job.req_id}/{job.job_id}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") / 2**64 < fraction
+
+    return fails
 
 
 @dataclass(frozen=True)
@@ -45,11 +62,23 @@ class SimOffloadWorker:
     The engine calls `begin_step` when a step is launched (it returns when the forward can start, after
     any flush), `poll` at that time, and `end_step` with the time the forward ends."""
 
-    def __init__(self, load_s_per_token: float, store_s_per_token: float) -> None:
+    def __init__(
+        self,
+        load_s_per_token: float,
+        store_s_per_token: float,
+        fail_load: Callable[[TransferJob], bool] | None = None,
+        failure_report: str = "request",
+    ) -> None:
         self._s_per_token = {False: load_s_per_token, True: store_s_per_token}
         self._free_s = {False: 0.0, True: 0.0}
         self._submitted: dict[int, _Submitted] = {}  # not reported yet
         self.counters = TransferCounters()
+        self.fail_load: Callable[[TransferJob], bool] = fail_load or failing_fraction(0.0)
+        """Which finished loads are reported as failed: a connector's worker reports a load it could not
+        complete in the same output as its finish, as vLLM's offloading connector does."""
+        self.failure_report = failure_report
+        """How a failed load is reported: "request" (`failed_recving`) or "blocks" (its first GPU block
+        in `invalid_block_ids`)."""
 
     def _submit(self, job: TransferJob, t: float) -> None:
         start = max(t, self._free_s[job.is_store])
@@ -94,9 +123,14 @@ class SimOffloadWorker:
             else:
                 self.counters.loads_finished += 1
         recving = {s.job.req_id for s in done if not s.job.is_store}
+        failed = [s.job for s in done if not s.job.is_store and self.fail_load(s.job)]
+        self.counters.loads_failed += len(failed)
+        by_request = self.failure_report == "request"
         return KVConnectorOutput(
             finished_recving=recving or None,
             kv_connector_worker_meta=SimWorkerMeta({s.job.job_id for s in done}),
+            failed_recving={job.req_id for job in failed} if by_request else set(),
+            invalid_block_ids=set() if by_request else {job.dst_block_ids[0] for job in failed},
         )
 
     def end_step(self, meta: KVConnectorMetadata | None, forward_end_s: float) -> None:

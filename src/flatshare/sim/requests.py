@@ -35,6 +35,8 @@ class SimRequest:
     max_tokens: int
     priority: int = 0
     cls: str = ""
+    lora_id: int = 0
+    """The LoRA adapter it asks for (vLLM's `lora_int_id`; 0: the base model)."""
 
     @property
     def prompt_tokens(self) -> int:

@@ -14,7 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from vllm.config import CacheConfig, KVTransferConfig, ModelConfig, SchedulerConfig, VllmConfig
+from vllm.config import (
+    CacheConfig,
+    KVTransferConfig,
+    LoRAConfig,
+    ModelConfig,
+    ParallelConfig,
+    SchedulerConfig,
+    SpeculativeConfig,
+    VllmConfig,
+)
+from vllm.lora.request import LoRARequest
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256_cbor
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -82,6 +92,7 @@ def _vllm_config(config: EngineConfig, model_dir: Path) -> VllmConfig:
         async_scheduling=config.async_scheduling,
         long_prefill_token_threshold=config.long_prefill_token_threshold,
         scheduler_reserve_full_isl=config.scheduler_reserve_full_isl,
+        watermark=config.watermark,
     )
     cache = CacheConfig(block_size=config.block_size, enable_prefix_caching=config.enable_prefix_caching)
     cache.num_gpu_blocks = config.num_gpu_blocks
@@ -92,12 +103,25 @@ def _vllm_config(config: EngineConfig, model_dir: Path) -> VllmConfig:
             kv_connector_module_path=CONNECTOR_MODULE,
             kv_role="kv_both",
             kv_connector_extra_config={"cpu_tier_blocks": config.cpu_tier_tokens // config.block_size},
+            kv_load_failure_policy=config.kv_load_failure_policy,  # type: ignore[arg-type]
+        )
+    speculative = None
+    if config.draft_tokens:
+        speculative = SpeculativeConfig(
+            method="draft_model",
+            model=str(model_dir),
+            parallel_drafting=True,
+            num_speculative_tokens=config.draft_tokens,
+            target_model_config=model,
+            target_parallel_config=ParallelConfig(),
         )
     vllm_config = VllmConfig(
         model_config=model,
+        speculative_config=speculative,
         scheduler_config=scheduler,
         cache_config=cache,
         kv_transfer_config=transfer,
+        lora_config=LoRAConfig(max_loras=config.max_loras) if config.max_loras else None,
         additional_config=dict(config.additional_config),
     )
     # The simulated engine stands for a GPU engine: keep async scheduling as asked even where this
@@ -138,6 +162,10 @@ class RequestFactory:
     def make(self, spec: SimRequest) -> Request:
         params = SamplingParams(max_tokens=spec.max_tokens, ignore_eos=True, temperature=0.0)
         kwargs: dict[str, Any] = {"arrival_time": spec.arrival_s, "priority": spec.priority}
+        if spec.lora_id:
+            kwargs["lora_request"] = LoRARequest(
+                f"lora{spec.lora_id}", spec.lora_id, f"sim-lora-{spec.lora_id}"
+            )
         return Request(
             spec.id, list(spec.prompt_token_ids), params, None, block_hasher=self._hasher, **kwargs
         )
