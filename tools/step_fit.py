@@ -26,7 +26,9 @@ from flatshare.sim.profile import StepTimeProfile
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "src" / "flatshare" / "sim" / "profiles"
 DOC = REPO / "docs" / "step-model.md"
-VIDUR = "vidur's public profiling data (microsoft/vidur 7d47513, MIT licence), read from ../shared/gpu-profiles/"
+VIDUR = (
+    "vidur's public profiling data (microsoft/vidur 7d47513, MIT licence), read from ../shared/gpu-profiles/"
+)
 
 LLAMA3_8B = Shape(hidden=4096, intermediate=14336, heads=32, kv_heads=8)
 # vocab, default KV tokens (vLLM's gpu_memory_utilization 0.9, minus weights and activations; blocks of 16)
@@ -84,12 +86,19 @@ def measured_profile(card: Card, m: Measured, fitted: LinearFit) -> StepTimeProf
         "part is fitted to measured kernel timings."
     )
     return derive.profile(
-        card.profile, description, lin, setup, sources, derive.fit_summary(fitted, f"../shared/gpu-profiles/{card.path}")
+        card.profile,
+        description,
+        lin,
+        setup,
+        sources,
+        derive.fit_summary(fitted, f"../shared/gpu-profiles/{card.path}"),
     )
 
 
 def consumer_profile(base: Card, fitted: LinearFit) -> StepTimeProfile:
-    lin = derive.transfer(fitted.linear, (base.peak_mem_bytes_per_s, base.peak_flops_per_s), RTX4090, LLAMA3_8B, 32)
+    lin = derive.transfer(
+        fitted.linear, (base.peak_mem_bytes_per_s, base.peak_flops_per_s), RTX4090, LLAMA3_8B, 32
+    )
     setup = derive.Setup(LLAMA3_8B, 32, 128256, RTX4090[1], 40960)
     sources = [
         "Card assumed: NVIDIA RTX 4090 (24 GB GDDR6X, 1,008 GB/s; 165.2 TFLOP/s dense FP16/BF16 tensor with FP32 "
@@ -112,7 +121,11 @@ def consumer_profile(base: Card, fitted: LinearFit) -> StepTimeProfile:
         "Llama-3-8B (bf16) on a 24 GB RTX 4090, vLLM with chunked prefill; roofline step model derived from the "
         "card's spec sheet through the A40's measured curve."
     )
-    fit = {"derived_from": base.profile, "card": "RTX 4090", "peaks": {"mem_bytes_per_s": RTX4090[0], "flops_per_s": RTX4090[1]}}
+    fit: dict[str, object] = {
+        "derived_from": base.profile,
+        "card": "RTX 4090",
+        "peaks": {"mem_bytes_per_s": RTX4090[0], "flops_per_s": RTX4090[1]},
+    }
     return derive.profile("llama3-8b-24gb-roofline", description, lin, setup, sources, fit)
 
 

@@ -42,7 +42,12 @@ class Setup:
 
 
 def profile(
-    name: str, description: str, linear: RooflineLinear, setup: Setup, sources: list[str], fit: dict[str, object]
+    name: str,
+    description: str,
+    linear: RooflineLinear,
+    setup: Setup,
+    sources: list[str],
+    fit: dict[str, object],
 ) -> StepTimeProfile:
     lm_head_bytes = setup.vocab * setup.shape.hidden * BYTES_PER_WEIGHT
     pair_flops = 4 * setup.shape.hidden * setup.layers

@@ -126,7 +126,9 @@ def read_measured(c: Card, root: Path | None = None, max_tokens: int = MAX_TOKEN
             if int(row["num_tensor_parallel_workers"]) == 1 and n <= max_tokens:
                 samples[n].append(sum(float(row[col]) for col in medians) * 1e-3 * c.layers)
         first = rows[0]
-        shape = Shape(int(first["n_embd"]), int(first["n_expanded_embd"]), int(first["n_head"]), int(first["n_kv_head"]))
+        shape = Shape(
+            int(first["n_embd"]), int(first["n_expanded_embd"]), int(first["n_head"]), int(first["n_kv_head"])
+        )
     except (KeyError, ValueError) as exc:
         raise InputError(f"{path}: {exc}") from exc
     tokens = tuple(sorted(samples))

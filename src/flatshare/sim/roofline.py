@@ -99,7 +99,9 @@ class RooflineLinear:
         if not self.tiles or not all(isinstance(t, TileRule) for t in self.tiles):
             raise InputError("linear: tiles must be a non-empty list of tile rules")
         if abs(sum(t.share for t in self.tiles) - 1) > 1e-6:
-            raise InputError(f"linear: the tile rules' shares must sum to 1, got {[t.share for t in self.tiles]}")
+            raise InputError(
+                f"linear: the tile rules' shares must sum to 1, got {[t.share for t in self.tiles]}"
+            )
 
     def padded_tokens(self, n: int) -> float:
         """The tokens the matrix multiplies compute for a pass of `n`: `n` rounded up to the tiles."""
