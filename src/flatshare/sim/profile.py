@@ -8,6 +8,12 @@ cites where each coefficient comes from. The cost of a step is
     + prefill_attn_pair_s * sum over prefill chunks of n * (context before the chunk + n / 2)
     + decode_ctx_token_s * sum over decodes of the context read
 
+That is the additive model. A profile with a `linear` object (`flatshare.sim.roofline`) prices the
+token-parallel work of the pass instead from the card's memory bandwidth and compute, one cost for all the
+pass's tokens together (a batch of decodes is memory-bound: its cost is flat until the pass holds about
+a hundred tokens), and then `prefill_token_s` and `decode_token_s` must be 0; the fixed cost and the
+attention terms are the same in both models. `step_parts` gives the three parts (docs/step-model.md).
+
 Steps execute one after another (no overlap), with or without async scheduling: vLLM's async
 scheduling prepares the next step while one executes, which hides scheduling work, not a step's.
 Transfers to and from the CPU KV tier take `kv_bytes_per_token / cpu_load_bytes_per_s` a token on
@@ -32,6 +38,7 @@ from typing import Any, NamedTuple
 from flatshare import jsonin
 from flatshare.errors import InputError
 from flatshare.sim.config import UPPER_BOUNDS
+from flatshare.sim.roofline import RooflineLinear
 
 DEFAULT_PROFILE = "llama3-8b-24gb"
 # The step-time model's coefficients (seconds), in `step_time`'s order.
@@ -67,6 +74,24 @@ class ScheduledWork(NamedTuple):
     is_decode: bool
 
 
+class StepParts(NamedTuple):
+    """One step's time in parts (seconds): the linear work of the pass, attention (prefill pairs and the KV
+    decodes read), and the fixed per-step cost."""
+
+    linear_s: float
+    prefill_attention_s: float
+    decode_attention_s: float
+    fixed_s: float
+
+    @property
+    def attention_s(self) -> float:
+        return self.prefill_attention_s + self.decode_attention_s
+
+    @property
+    def total_s(self) -> float:
+        return self.fixed_s + self.linear_s + self.attention_s
+
+
 @dataclass(frozen=True)
 class StepTimeProfile:
     """Coefficients of the step-time model (seconds), and what the KV costs in bytes."""
@@ -84,6 +109,12 @@ class StepTimeProfile:
     sources: tuple[str, ...] = ()
     fit: dict[str, Any] | None = None
     api_latency_s: float = 0.0
+    linear: RooflineLinear | None = None
+
+    @property
+    def model(self) -> str:
+        """The step model: "roofline" (a `linear` object prices the pass) or "additive"."""
+        return "additive" if self.linear is None else "roofline"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isprintable():
@@ -122,9 +153,19 @@ class StepTimeProfile:
             raise InputError(f"profile {self.name}: sources must be a list of strings")
         if self.fit is not None and not isinstance(self.fit, dict):
             raise InputError(f"profile {self.name}: fit must be an object")
+        if self.linear is not None:
+            if not isinstance(self.linear, RooflineLinear):
+                raise InputError(f"profile {self.name}: linear must be a linear-work object")
+            if self.prefill_token_s or self.decode_token_s:
+                raise InputError(
+                    f"profile {self.name}: with a linear object, prefill_token_s and decode_token_s must "
+                    "be 0 (the linear object prices every token of the pass)"
+                )
 
     def step_time(self, work: Iterable[ScheduledWork]) -> float:
         """Virtual seconds one step takes for the given scheduled work."""
+        if self.linear is not None:
+            return self.step_parts(work).total_s
         total = self.step_fixed_s
         for item in work:
             if item.is_decode:
@@ -133,6 +174,23 @@ class StepTimeProfile:
                 pairs = item.tokens * (item.context + item.tokens / 2)
                 total += self.prefill_token_s * item.tokens + self.prefill_attn_pair_s * pairs
         return total
+
+    def step_parts(self, work: Iterable[ScheduledWork]) -> StepParts:
+        """One step's time in parts; their sum is `step_time` (to rounding, for additive profiles)."""
+        prefill = decode = 0
+        prefill_attn = decode_attn = 0.0
+        for item in work:
+            if item.is_decode:
+                decode += item.tokens
+                decode_attn += self.decode_ctx_token_s * item.context
+            else:
+                prefill += item.tokens
+                prefill_attn += self.prefill_attn_pair_s * item.tokens * (item.context + item.tokens / 2)
+        if self.linear is None:
+            linear = self.prefill_token_s * prefill + self.decode_token_s * decode
+        else:
+            linear = self.linear.time_s(prefill + decode)
+        return StepParts(linear, prefill_attn, decode_attn, self.step_fixed_s)
 
     def load_time(self, tokens: int) -> float:
         """Seconds to bring `tokens` tokens of KV from the CPU tier to the GPU."""
@@ -150,6 +208,8 @@ class StepTimeProfile:
             if not isinstance(sources, list | tuple):
                 raise InputError(f"profile {values.get('name')!r}: sources must be a list of strings")
             values["sources"] = tuple(sources)
+            if values.get("linear") is not None:
+                values["linear"] = RooflineLinear.from_dict(values["linear"])
             return cls(**values)
         except TypeError as exc:
             raise InputError(f"{origin}: {exc}") from exc
@@ -163,6 +223,10 @@ class StepTimeProfile:
         data["sources"] = list(self.sources)
         if data["fit"] is None:
             del data["fit"]
+        if self.linear is None:
+            del data["linear"]
+        else:
+            data["linear"] = self.linear.to_dict()
         return data
 
 
