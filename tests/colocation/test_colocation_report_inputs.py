@@ -12,35 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from flatshare.cli import app
-from flatshare.replay.records import ReplayRecord, write_records
-from kit.files import plant, refused, untouched
+from kit.files import FACTS, SAMPLE, plant, refused, untouched
+from kit.files import save_colocation_run as _save
 
 runner = CliRunner()
-SAMPLE = {
-    "engine": "sim0",
-    "kv_usage": 0.2,
-    "running": 1,
-    "waiting": 0,
-    "preemptions_total": 0,
-    "cpu_tier_blocks": 0,
-}
-FACTS = {"duration_s": 100.0, "preemptions": 1, "scheduler_counters": {}}
-
-
-def _voice(i: int, first_sentence_after: float) -> ReplayRecord:
-    send = 10.0 * i
-    times = [send + first_sentence_after * k / 3 for k in (1, 2, 3)]
-    return ReplayRecord(f"v{i}", "call", "voice", 0, 100, 3, "sim0", send, 3, times, times[-1], "length")
-
-
-def _save(root: Path, condition: str, wait: float, callers: str = "c2") -> Path:
-    folder = root / "runs" / condition / callers / "s0"
-    folder.mkdir(parents=True)
-    write_records(folder / "requests.jsonl", [_voice(i, wait) for i in range(10)])
-    rows = [json.dumps(SAMPLE | {"t": float(t)}) + "\n" for t in range(5)]
-    (folder / "samples.jsonl").write_text("".join(rows))
-    (folder / "engine.json").write_text(json.dumps(FACTS))
-    return folder
 
 
 @pytest.fixture
