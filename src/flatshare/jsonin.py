@@ -11,6 +11,11 @@ Limits: integers of at most `MAX_INT_DIGITS` digits (every 64-bit integer fits),
 `MAX_DEPTH` levels of nesting. Ranges (a count > 0, seconds below a bound) are the caller's to check.
 `check_limits` applies the same limits to a value another parser decoded (a TOML file's table).
 
+Files are read within bounds too (`/dev/zero` or a 50 GB file is an InputError, not a MemoryError):
+`read_text` reads at most `MAX_FILE_BYTES`; `read_lines` streams a JSON-lines file, each line at most
+`MAX_LINE_BYTES` and the file at most `MAX_LINES_FILE_BYTES`; `read_json` decodes a file of at most
+`MAX_JSON_FILE_BYTES` and `read_object` also requires an object.
+
 Checking every number in Python costs ten times what `json.loads` does on a document of numbers, so
 `loads` does it only when a limit could be breached (`_may_breach_limits`); otherwise `json.loads`
 decodes the same document to the same value.
@@ -18,8 +23,10 @@ decodes the same document to the same value.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +34,10 @@ from flatshare.errors import InputError
 
 MAX_INT_DIGITS = 20
 MAX_DEPTH = 64
+MAX_FILE_BYTES = 256 * 2**20
+MAX_JSON_FILE_BYTES = 64 * 2**20
+MAX_LINE_BYTES = 16 * 2**20
+MAX_LINES_FILE_BYTES = 4 * 2**30
 _SHAPE = bytes.maketrans(b"0123456789E", b"0000000000e")
 _LONG_DIGITS = b"0" * (MAX_INT_DIGITS + 1)
 
@@ -128,10 +139,59 @@ def decode_utf8(data: bytes, where: str) -> str:
         raise InputError(f"{where}: not UTF-8 text (byte 0x{bad} at offset {exc.start})") from exc
 
 
-def read_text(path: Path) -> str:
-    """A UTF-8 text file's content; InputError naming the file when it cannot be read or decoded."""
+def _mib(n: int) -> str:
+    return f"{n / 2**20:g} MiB"
+
+
+def read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str:
+    """A UTF-8 text file's content; InputError naming the file when it cannot be read or decoded, or holds
+    more than `limit` bytes (only `limit + 1` bytes are ever read: `/dev/zero` is refused at once)."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            data = f.read(limit + 1)
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    if len(data) > limit:
+        raise InputError(f"{path}: larger than {_mib(limit)} (not a file flatshare reads)")
     return decode_utf8(data, str(path))
+
+
+def read_lines(path: Path) -> Iterator[tuple[str, str]]:
+    """(`path:line`, text) for each non-blank line of a UTF-8 JSON-lines file, streamed; InputError naming
+    the file (and line) when it cannot be read, a line is longer than `MAX_LINE_BYTES` or the file longer
+    than `MAX_LINES_FILE_BYTES`."""
+    try:
+        f = path.open("rb")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    total = 0
+    with f:
+        for number in itertools.count(1):
+            try:
+                raw = f.readline(MAX_LINE_BYTES + 1)
+            except OSError as exc:
+                raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+            if not raw:
+                return
+            total += len(raw)
+            where = f"{path}:{number}"
+            if len(raw) > MAX_LINE_BYTES:
+                raise InputError(f"{where}: a line longer than {_mib(MAX_LINE_BYTES)}")
+            if total > MAX_LINES_FILE_BYTES:
+                raise InputError(f"{path}: larger than {_mib(MAX_LINES_FILE_BYTES)}")
+            text = decode_utf8(raw, where)
+            if text.strip():
+                yield where, text
+
+
+def read_json(path: Path, limit: int = MAX_JSON_FILE_BYTES) -> Any:
+    """One JSON document from a file, within the module's limits (InputError naming the file)."""
+    return loads(read_text(path, limit), str(path))
+
+
+def read_object(path: Path) -> dict[str, Any]:
+    """`read_json` for a file that must hold an object (InputError naming the file otherwise)."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: must hold a JSON object, not {type(data).__name__}")
+    return data

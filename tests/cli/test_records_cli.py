@@ -99,3 +99,27 @@ def test_records_upgrade_refuses_bad_input_in_one_line(
     assert not (tmp_path / "new.jsonl").exists()
     if content is not None:
         assert old.read_text() == content
+
+
+# -- hostile inputs (issue 32, item 11) -------------------------------------------------------------------
+def test_upgrade_of_an_endless_file_is_a_bounded_one_line_error(tmp_path: Path) -> None:
+    from kit.files import refused
+
+    refused(runner.invoke(app, ["records", "upgrade", "/dev/zero", str(tmp_path / "out.jsonl")]), "/dev/zero")
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_upgrade_never_writes_through_a_planted_temporary_name(tmp_path: Path) -> None:
+    from kit.files import plant, untouched
+
+    source, target = tmp_path / "old.jsonl", tmp_path / "out" / "new.jsonl"
+    source.write_text(json.dumps(OLD_SIM) + "\n")
+    victim = tmp_path / "elsewhere" / "victim.txt"
+    link = plant(target.parent / f".{target.name}.tmp", victim)
+    plant(target, tmp_path / "elsewhere" / "victim2.txt")
+    result = runner.invoke(app, ["records", "upgrade", str(source), str(target)])
+    assert result.exit_code == 0, result.output
+    untouched(victim)
+    untouched(tmp_path / "elsewhere" / "victim2.txt", target)
+    assert link.is_symlink()  # left alone: the temporary file has a name of its own
+    assert [r.id for r in read_records(target)] == ["a"]

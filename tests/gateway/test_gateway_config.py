@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from flatshare.errors import InputError
+from flatshare.gateway.calibrate_save import save_thresholds
 from flatshare.gateway.command import backend_entry
 from flatshare.gateway.config import GatewayConfig, ThresholdConfig
-from flatshare.gateway.configfile import load_config, save_thresholds
+from flatshare.gateway.configfile import load_config
 
 TOML = """
 port = 9100

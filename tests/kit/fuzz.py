@@ -72,3 +72,48 @@ def odd_json() -> st.SearchStrategy[str]:
     )
     deep = st.tuples(st.integers(1, 3000), leaves).map(lambda t: "[" * t[0] + t[1] + "]" * t[0])
     return st.one_of(nested, deep)
+
+
+# -- hostile files: absurd values and planted symlinks (issue 32) -------------------------------------------
+ABSURD_VALUES: tuple[object, ...] = (
+    -100,
+    -7,
+    -1,
+    0,
+    2**63,
+    10**19,
+    1e300,
+    -1e300,
+    1e12,
+    1e-300,
+    2_000_000,
+    "x",
+    "",
+    None,
+    True,
+    [],
+    {},
+    [1],
+    {"a": 1},
+)
+
+
+def absurd_value() -> st.SearchStrategy[object]:
+    """A JSON value a field of a saved file should not hold (or only just may): huge, negative, mistyped."""
+    return st.one_of(st.sampled_from(ABSURD_VALUES), st.floats(allow_nan=False, allow_infinity=False))
+
+
+def odd_file() -> st.SearchStrategy[str]:
+    """The text of a JSON or JSON-lines file gone wrong: odd JSON, a list, deep nesting, nothing, bytes."""
+    return st.one_of(
+        odd_json(),
+        st.just(""),
+        st.just("[1, 2]\n"),
+        st.just("[" * 100_000 + "]" * 100_000),
+        st.text(max_size=64),
+    )
+
+
+def planted(names: tuple[str, ...]) -> st.SearchStrategy[list[str]]:
+    """Which of a command's output names to plant a symlink at (one or more)."""
+    return st.lists(st.sampled_from(names), min_size=1, max_size=len(names), unique=True)

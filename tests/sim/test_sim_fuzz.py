@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,8 @@ from flatshare.cli import app
 from flatshare.errors import InputError
 from flatshare.sim.profile import LIMITS, StepTimeProfile, load_profile
 from flatshare.sim.requests import MAX_ARRIVAL_S, SimRequest, load_requests
-from kit.fuzz import fuzz_settings, odd_json
+from kit.files import plant, untouched
+from kit.fuzz import fuzz_settings, odd_json, planted
 
 pytestmark = pytest.mark.fuzz
 
@@ -152,3 +154,25 @@ def test_refused_files_are_one_line_exit_2_nothing_written(
     assert len(result.output.strip().splitlines()) == 1, result.output
     assert result.output.startswith("error: ")
     assert not out.exists()
+
+
+# -- planted symlinks (issue 32) ------------------------------------------------------------------------------
+SIM_OUTPUTS = ("requests.jsonl", "samples.jsonl", "summary.json")
+
+
+@fuzz_settings(3)
+@given(names=planted(SIM_OUTPUTS), valid=st.booleans())
+def test_outputs_never_go_through_planted_symlinks(folder: Path, names: list[str], valid: bool) -> None:
+    """A symlink planted at an output name (to a file outside) is replaced by a run and left by a refusal;
+    the file it points at is never written."""
+    root = folder / f"planted-{uuid.uuid4().hex}"
+    requests = root / "requests.jsonl"
+    requests.parent.mkdir(parents=True)
+    requests.write_bytes(GOOD_LINE if valid else b'{"id": 1}\n')
+    out = root / "out"
+    victims = [plant(out / name, root / "outside" / f"{name}.txt") for name in names]
+    result = runner.invoke(app, ["sim", "--requests", str(requests), "--out", str(out)])
+    assert result.exit_code == (0 if valid else 2), result.output
+    for link in victims:
+        untouched(link.resolve() if link.is_symlink() else root / "outside" / f"{link.name}.txt")
+        assert link.is_symlink() != valid

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,34 @@ def test_sharegpt(tmp_path: Path) -> None:
 def test_bad_specs(spec: str, match: str) -> None:
     with pytest.raises(InputError, match=match):
         parse_spec(spec)
+
+
+# -- bounds (issue 32, item 10) ---------------------------------------------------------------------------
+@pytest.mark.timeout(60)  # a guard against the hang these reproduce, not a timing target
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("voice:callers=100000000,duration=1e9", "callers must lie in [0, 1e+06]"),
+        ("voice:callers=3000,duration=100000", "session-seconds"),
+        ("agents:n=2,duration=100000000", "duration must lie in [0, 1e+07]"),
+        ("voice-agents:callers=100,agents=2000,duration=9000", "session-seconds"),
+        ("voice:duration=nan", "duration must lie"),
+        ("voice:duration=inf", "duration must lie"),
+        ("voice:stagger=-1", "stagger must lie"),
+        ("long-short:long=100000000", "long must lie in [0, 1e+07]"),
+        ("voice:turns=10000000", "turns must lie"),
+    ],
+)
+def test_absurd_sizes_are_refused_before_anything_is_built(spec: str, words: str) -> None:
+    from flatshare.workloads.spec import check_spec
+
+    for check in (check_spec, parse_spec):
+        with pytest.raises(InputError, match=re.escape(words)):
+            check(spec)
+
+
+def test_the_bounds_leave_room_for_real_workloads() -> None:
+    from flatshare.workloads.spec import check_spec
+
+    for spec in ("voice:callers=1000,duration=10000", "voice-agents:callers=64,agents=256,duration=3600"):
+        check_spec(spec)

@@ -15,6 +15,7 @@ import numpy as np
 from flatshare.admission.attribution import PressureEvent
 from flatshare.admission.results import AdmissionSummary, ConditionResult
 from flatshare.admission.runs import SavedRun
+from flatshare.safeout import save_figure
 
 
 def _bars(ax: Any, conditions: Mapping[str, ConditionResult], keys: list[str], title: str) -> None:
@@ -44,7 +45,7 @@ def synthetic_figure(summary: AdmissionSummary, path: Path) -> None:
         conditions = summary.workloads[name].conditions
         _bars(ax, conditions, list(conditions), name)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -62,7 +63,7 @@ def traces_figure(summary: AdmissionSummary, path: Path) -> None:
     for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -83,7 +84,7 @@ def levers_figure(summary: AdmissionSummary, path: Path) -> None:
         ax.set_ylabel(label)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -130,7 +131,7 @@ def attribution_figure(panels: list[Panel], path: Path) -> None:
         ax.legend(fontsize=6, loc="upper right")
     axes[-1, 0].set_xlabel("time (s)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

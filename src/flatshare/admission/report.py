@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from flatshare import safeout
 from flatshare.admission import figures
 from flatshare.admission.attribution import AttributionConfig, live_event, pressure_events
 from flatshare.admission.results import (
@@ -19,7 +20,9 @@ from flatshare.admission.results import (
 )
 from flatshare.admission.runs import SavedRun, load_runs
 from flatshare.admission.summary import summarize
+from flatshare.errors import InputError
 from flatshare.lab.compare import RESAMPLES
+from flatshare.lab.rundir import read_json
 
 
 def _p_cell(p: float | None, method: str | None) -> str:
@@ -279,7 +282,7 @@ def write_report(out: Path, summary: AdmissionSummary, plan: dict[str, Any]) -> 
         lines += (
             _synthetic(summary, long_tokens) + _traces(summary) + _attribution(summary) + _levers(summary)
         )
-        (out / "report.md").write_text("\n".join(lines) + "\n")
+        safeout.write_text(out / "report.md", "\n".join(lines) + "\n")
         return
     engine = plan.get("engine", {})
     lines = [
@@ -293,7 +296,7 @@ def write_report(out: Path, summary: AdmissionSummary, plan: dict[str, Any]) -> 
         "",
     ]
     lines += _synthetic(summary) + _traces(summary) + _attribution(summary) + _levers(summary)
-    (out / "report.md").write_text("\n".join(lines) + "\n")
+    safeout.write_text(out / "report.md", "\n".join(lines) + "\n")
 
 
 def _attribution_panels(runs: list[SavedRun], config: AttributionConfig) -> list[figures.Panel]:
@@ -325,13 +328,15 @@ def build_report(out: Path, config: AttributionConfig | None = None) -> Admissio
     runs = load_runs(out)
     summary = summarize(runs, config)
     marker = out / "experiment.json"
-    plan = json.loads(marker.read_text()).get("plan", {}) if marker.is_file() else {}
+    plan = read_json(marker).get("plan", {}) if marker.is_file() else {}
+    if not isinstance(plan, dict):
+        raise InputError(f"{marker}: plan must be a table")
     if summary.mode == "endpoint":
         skipped = plan.get("skipped")
         summary = dataclasses.replace(
             summary, skipped=None if skipped is None else Skipped.from_json(skipped)
         )
-    (out / "summary.json").write_text(json.dumps(summary.to_json(), indent=2, sort_keys=True) + "\n")
+    safeout.write_text(out / "summary.json", json.dumps(summary.to_json(), indent=2, sort_keys=True) + "\n")
     figures.synthetic_figure(summary, out / "synthetic.png")
     figures.traces_figure(summary, out / "traces.png")
     figures.levers_figure(summary, out / "levers.png")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from flatshare.admission.cluster import ClusterRun, DecisionRecord
+from flatshare.errors import InputError
 from flatshare.lab.rundir import atomic_folder, read_json, read_jsonl, write_json, write_jsonl
 from flatshare.replay.records import ReplayRecord, read_records, write_records
 
@@ -89,8 +90,43 @@ def save_wallclock_run(
         write_json(folder / "run.json", facts)
 
 
+_NUMBER = (int, float)
+_FACTS: dict[str, tuple[type, ...]] = {
+    "workload": (str,),
+    "condition": (dict,),
+    "seed": (int,),
+    "part": (str,),
+    "preemptions": _NUMBER,
+    "eval_from_s": _NUMBER,
+    "engines": (int,),
+}
+_NULLABLE_FACTS: dict[str, tuple[type, ...]] = {
+    "replay_s": _NUMBER,
+    "long_input_tokens": (int,),
+    "thresholds": (dict,),
+    "engine_config": (dict,),
+    "profile": (str,),
+}
+
+
+def check_facts(facts: dict[str, Any], where: str) -> dict[str, Any]:
+    """`run.json` as the analysis reads it: each field it uses present with its type (numbers finite:
+    `flatshare.jsonin`), `condition` naming a `key` and a `policy`; InputError naming `where` otherwise."""
+    for name, types in {**_FACTS, **_NULLABLE_FACTS}.items():
+        value = facts.get(name)
+        if value is None and name in _NULLABLE_FACTS:
+            continue
+        if isinstance(value, bool) or not isinstance(value, types):
+            kinds = "/".join(t.__name__ for t in types)
+            raise InputError(f"{where}: {name} must be {kinds}, got {value!r:.60}")
+    condition = facts["condition"]
+    if not all(isinstance(condition.get(key), str) for key in ("key", "policy")):
+        raise InputError(f"{where}: condition must name a key and a policy")
+    return facts
+
+
 def load_run(folder: Path) -> SavedRun:
-    facts = read_json(folder / "run.json")
+    facts = check_facts(read_json(folder / "run.json"), str(folder / "run.json"))
     return SavedRun(
         workload=facts["workload"],
         condition=facts["condition"]["key"],

@@ -14,6 +14,7 @@ import numpy as np
 from flatshare.colocation.results import ColocationSummary, ConditionResult
 from flatshare.colocation.runs import SavedRun
 from flatshare.colocation.voice import VoicePipeline
+from flatshare.safeout import save_figure
 from flatshare.sim.waits import WAIT_PARTS
 
 MAIN_ORDER = (
@@ -66,7 +67,7 @@ def tail_figure(summary: ColocationSummary, path: Path) -> None:
         ax.set_title(f"{callers} callers")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -92,7 +93,7 @@ def sweep_figure(summary: ColocationSummary, path: Path) -> None:
         for ax in (left, right):
             ax.text(0.5, 0.5, "no make-room window T in this plan", ha="center", transform=ax.transAxes)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -118,7 +119,7 @@ def stages_figure(summary: ColocationSummary, path: Path) -> None:
     ax.set_ylabel("seconds (mean over voice turns)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -141,7 +142,7 @@ def cdf_figure(runs: list[SavedRun], summary: ColocationSummary, pipeline: Voice
     ax.set_ylabel("fraction of turns")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -174,5 +175,5 @@ def kv_figure(runs: list[SavedRun], summary: ColocationSummary, path: Path, wind
         )
     axes[-1, 0].set_xlabel("virtual seconds")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)

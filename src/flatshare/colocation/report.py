@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from flatshare import safeout
 from flatshare.colocation import figures
 from flatshare.colocation.results import ColocationSummary, ConditionResult, SeedComparisonRow
 from flatshare.colocation.runs import SavedRun, load_runs, run_dir
@@ -262,7 +263,7 @@ def write_report(
         )
         + ".",
     ]
-    (out / "report.md").write_text("\n".join(lines) + "\n")
+    safeout.write_text(out / "report.md", "\n".join(lines) + "\n")
 
 
 def build_report(out: Path) -> ColocationSummary:
@@ -271,7 +272,7 @@ def build_report(out: Path) -> ColocationSummary:
     pipeline = VoicePipeline()
     setups = {json.dumps(run.engine.get("setup"), sort_keys=True) for run in runs}
     summary = summarize(runs, pipeline, setup=json.loads(setups.pop()) if len(setups) == 1 else None)
-    (out / "summary.json").write_text(json.dumps(summary.to_json(), indent=2, sort_keys=True) + "\n")
+    safeout.write_text(out / "summary.json", json.dumps(summary.to_json(), indent=2, sort_keys=True) + "\n")
     figures.tail_figure(summary, out / "tail.png")
     figures.sweep_figure(summary, out / "window_sweep.png")
     figures.stages_figure(summary, out / "stages.png")

@@ -9,12 +9,15 @@ Analysis reads only these files.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flatshare.lab.rundir import atomic_folder, json_text, read_json, read_jsonl, write_jsonl
-from flatshare.replay.records import ReplayRecord, read_records, write_records
+from flatshare.errors import InputError
+from flatshare.lab.rundir import atomic_folder, json_text, read_json, write_jsonl
+from flatshare.replay.records import MAX_TIME_S, ReplayRecord, read_records, write_records
+from flatshare.replay.rundir import read_sample_rows
 from flatshare.replay.virtual import VirtualRun
 from flatshare.sim.records import EngineSample
 
@@ -59,17 +62,44 @@ def _sum_counters(counters: list[dict[str, Any]]) -> dict[str, int]:
     return total
 
 
+_CALLERS, _SEED = re.compile(r"c([0-9]{1,6})"), re.compile(r"s([0-9]{1,9})")
+_COUNTERS = ("scheduler_counters", "gate_counters")
+
+
 def load_runs(root: Path) -> list[SavedRun]:
-    """Every saved run under `root/runs`, in a stable order."""
+    """Every saved run under `root/runs`, in a stable order; every file is checked as it is read (bounded,
+    typed: `check_facts`, `flatshare.replay.rundir.sample_from_row`, the record schema), so a malformed
+    folder is an InputError naming the file (and line), before anything is written."""
     out = []
     for folder in sorted((root / "runs").glob("*/c*/s*")):
-        condition, callers, seed = folder.parts[-3], int(folder.parts[-2][1:]), int(folder.parts[-1][1:])
-        samples = read_jsonl(folder / "samples.jsonl")
-        engine = read_json(folder / "engine.json")
-        out.append(
-            SavedRun(condition, callers, seed, read_records(folder / "requests.jsonl"), samples, engine)
-        )
+        callers, seed = _CALLERS.fullmatch(folder.parts[-2]), _SEED.fullmatch(folder.parts[-1])
+        if callers is None or seed is None:
+            raise InputError(f"{folder}: not a run folder's name (runs/<condition>/c<callers>/s<seed>)")
+        rows = read_sample_rows(folder / "samples.jsonl")
+        engine = check_facts(read_json(folder / "engine.json"), str(folder / "engine.json"))
+        records = read_records(folder / "requests.jsonl")
+        out.append(SavedRun(folder.parts[-3], int(callers[1]), int(seed[1]), records, rows, engine))
     return out
+
+
+def check_facts(facts: dict[str, Any], where: str) -> dict[str, Any]:
+    """`engine.json` as the analysis reads it: `duration_s` a time > 0, `preemptions` an integer >= 0,
+    the counters (`scheduler_counters`, `gate_counters`) tables of numbers and `engine_config` a table
+    when present; InputError naming `where` and the field otherwise."""
+    duration, preemptions = facts.get("duration_s"), facts.get("preemptions")
+    if isinstance(duration, bool) or not isinstance(duration, int | float) or not 0 < duration <= MAX_TIME_S:
+        raise InputError(f"{where}: duration_s must be seconds in (0, {MAX_TIME_S:g}], got {duration!r}")
+    if isinstance(preemptions, bool) or not isinstance(preemptions, int) or preemptions < 0:
+        raise InputError(f"{where}: preemptions must be an integer >= 0, got {preemptions!r}")
+    for name in _COUNTERS:
+        counters = facts.get(name, {})
+        if not isinstance(counters, dict) or any(
+            isinstance(v, bool) or not isinstance(v, int | float) for v in counters.values()
+        ):
+            raise InputError(f"{where}: {name} must be a table of numbers")
+    if not isinstance(facts.get("engine_config", {}), dict):
+        raise InputError(f"{where}: engine_config must be a table")
+    return facts
 
 
 def sample_from_json(data: dict[str, Any]) -> EngineSample:

@@ -39,6 +39,7 @@ from flatshare.colocation.results import CallerResult, ColocationSummary, Condit
 from flatshare.colocation.runs import SavedRun
 from flatshare.colocation.seed_table import seed_comparison
 from flatshare.colocation.voice import VoicePipeline, turn_stages
+from flatshare.errors import InputError
 from flatshare.lab.stats import bootstrap_ci, cluster_bootstrap_ci, paired_ttest, percentile
 from flatshare.sim.waits import WAIT_PARTS
 
@@ -225,7 +226,7 @@ def summarize(
     for run in runs:
         grouped[run.callers][run.condition].append(run)
     if not grouped:
-        raise ValueError("no saved runs")
+        raise InputError("no saved runs (runs/<condition>/c<callers>/s<seed>)")
     first_callers = min(grouped)
     shared = grouped[first_callers].get("agents-alone", [])
     by_callers: dict[int, CallerResult] = {}
@@ -234,8 +235,10 @@ def summarize(
             conditions["agents-alone"] = shared
         alone = conditions.get("alone")
         if not alone:
-            raise ValueError(f"callers={callers}: the 'alone' condition is needed to set the target")
+            raise InputError(f"callers={callers}: the 'alone' condition is needed to set the target")
         alone_turns = [pipeline.turn_latency(r) for run in alone for r in run.records if r.cls == "voice"]
+        if not alone_turns:
+            raise InputError(f"callers={callers}: the 'alone' condition has no voice turn to set the target")
         target = float(np.percentile(alone_turns, 95)) + TARGET_MARGIN_S
         metrics = {key: condition_metrics(rs, target, pipeline) for key, rs in sorted(conditions.items())}
         by_callers[callers] = CallerResult(_round(target), _add_comparisons(metrics))

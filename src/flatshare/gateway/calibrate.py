@@ -16,7 +16,8 @@ Inputs (`load_samples`, JSONL files or run folders, one kind per line, mixed fre
 (`t`, `input_tokens`, `backends[].kv_usage` of backends not stale; retries skipped), request records
 (`prompt_tokens` at `send_s`; any line with `prompt_tokens` is one, read by the one record reader,
 `flatshare.replay.records`, so an old record is refused with the converter's name), engine samples (`t`,
-`kv_usage`: `samples.jsonl`). A folder (a `flatshare sim` or `flatshare replay` run) reads its
+`kv_usage`: `samples.jsonl`). Token counts are integers in [0, 10^7], KV use lies in [0, 1], times are
+finite; files are read within `flatshare.jsonin`'s bounds (a line of at most 16 MiB). A folder (a `flatshare sim` or `flatshare replay` run) reads its
 `requests.jsonl` with `read_records` and its `samples.jsonl`.
 """
 
@@ -30,7 +31,7 @@ from typing import Any
 
 from flatshare.errors import InputError
 from flatshare.gateway.config import ThresholdConfig
-from flatshare.replay.records import ReplayRecord, decode_lines, read_records
+from flatshare.replay.records import MAX_TOKENS, ReplayRecord, decode_lines, read_records
 
 KV_FLOOR = 0.05
 KV_CEILING = 0.99
@@ -131,6 +132,20 @@ def _number(value: Any, key: str, where: str) -> float:
     return float(value)
 
 
+def _tokens(value: Any, where: str) -> int:
+    """A token count: an integer in [0, MAX_TOKENS] (the record format's bound)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
+        raise InputError(f"{where}: input_tokens must be an integer in [0, {MAX_TOKENS:,}], got {value!r}")
+    return value
+
+
+def _kv_usage(value: Any, where: str) -> float:
+    usage = _number(value, "kv_usage", where)
+    if not 0 <= usage <= 1:
+        raise InputError(f"{where}: kv_usage must lie in [0, 1], got {value!r}")
+    return usage
+
+
 def samples_from_row(row: dict[str, Any], where: str = "line") -> Iterator[CalibrationSample]:
     """The samples in one JSON line of any of the three kinds (an audit line of a routing change has none).
     A request record is validated by `ReplayRecord.from_json` (InputError prefixed with `where`)."""
@@ -140,15 +155,13 @@ def samples_from_row(row: dict[str, Any], where: str = "line") -> Iterator[Calib
         if row.get("attempt", 1) != 1:
             return
         t = _number(row["t"], "t", where)
-        yield CalibrationSample(t, input_tokens=int(_number(row["input_tokens"], "input_tokens", where)))
+        yield CalibrationSample(t, input_tokens=_tokens(row["input_tokens"], where))
         for backend in row["backends"]:
             if backend.get("kv_usage") is not None and not backend.get("stale", False):
-                yield CalibrationSample(t, kv_usage=_number(backend["kv_usage"], "kv_usage", where))
+                yield CalibrationSample(t, kv_usage=_kv_usage(backend["kv_usage"], where))
     elif "prompt_tokens" in row:  # request record (docs/records.md)
         yield _record_sample(ReplayRecord.from_json(row, where))
     elif "t" in row and "kv_usage" in row:  # engine sample
-        yield CalibrationSample(
-            _number(row["t"], "t", where), kv_usage=_number(row["kv_usage"], "kv_usage", where)
-        )
+        yield CalibrationSample(_number(row["t"], "t", where), kv_usage=_kv_usage(row["kv_usage"], where))
     else:
         raise ValueError(f"unrecognised keys {sorted(row)[:6]}")

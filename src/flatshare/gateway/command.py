@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flatshare.errors import InputError
-
 if TYPE_CHECKING:
     from flatshare.gateway.calibrate import Calibration
 
@@ -88,14 +86,10 @@ def calibrate_command(
     """Threshold-rule thresholds from the leading `fraction` of the recorded `runs`, saved into the
     existing `config` file's `[thresholds]` table when given (InputError on bad input)."""
     from flatshare.gateway.calibrate import calibrate_thresholds, load_samples
-    from flatshare.gateway.config import ThresholdConfig
-    from flatshare.gateway.configfile import build, read_mapping, save_thresholds
+    from flatshare.gateway.calibrate_save import save_thresholds
 
     source = ", ".join(str(p) for p in runs)
     result = calibrate_thresholds(load_samples(list(runs)), fraction, input_percentile, kv_percentile, source)
     if config is not None:
-        if not config.exists():
-            raise InputError(f"{config}: no such config file")
         save_thresholds(config, result.thresholds)
-        build(ThresholdConfig, read_mapping(config).get("thresholds"), str(config), "thresholds")
     return CalibrateSummary(result, source, config)

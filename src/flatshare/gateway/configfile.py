@@ -1,4 +1,4 @@
-"""Reading a `GatewayConfig` from a TOML or JSON file (plus CLI overrides), and saving thresholds into one.
+"""Reading a `GatewayConfig` from a TOML or JSON file (plus CLI overrides); `calibrate_save` saves thresholds into one.
 
 Keys map one to one onto the dataclass fields of `config.py`: tables onto nested dataclasses, arrays of
 tables onto tuples of them. Unknown keys, wrong types and failed checks raise `InputError` naming the
@@ -20,7 +20,7 @@ from typing import Any
 
 from flatshare import jsonin
 from flatshare.errors import InputError
-from flatshare.gateway.config import GatewayConfig, ThresholdConfig
+from flatshare.gateway.config import GatewayConfig
 
 CONFIG_SUFFIXES = (".toml", ".json")
 
@@ -149,35 +149,3 @@ def _scalar(hint: Any, value: Any, where: str, path: str) -> Any:
     if hint is float and isinstance(value, float) and not math.isfinite(value):
         raise InputError(f"{where}: {path} must be a finite number, got {value!r}")
     return float(value) if hint is float else value
-
-
-# -- saving thresholds ------------------------------------------------------------------------------------
-_TABLE_HEADER = re.compile(r"^\s*\[")
-
-
-def save_thresholds(path: Path, thresholds: ThresholdConfig) -> None:
-    """Write `thresholds` into the config file's `thresholds` table, then reload it to check.
-
-    JSON files are rewritten whole. TOML files keep every line outside the `[thresholds]` table
-    (comments too); the table is replaced, or appended when missing. The file must exist.
-    """
-    _check_suffix(path)
-    values = dataclasses.asdict(thresholds)
-    if path.suffix == ".toml":
-        text = path.read_text() if path.exists() else ""
-        path.write_text(_replace_toml_table(text, "thresholds", values))
-    else:
-        data = read_mapping(path) if path.exists() else {}
-        data["thresholds"] = values
-        path.write_text(json.dumps(data, indent=2) + "\n")
-    read_mapping(path)  # still parses
-
-
-def _replace_toml_table(text: str, table: str, values: Mapping[str, Any]) -> str:
-    body = [f"[{table}]"] + [f"{key} = {json.dumps(value)}" for key, value in values.items()]
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip() == f"[{table}]"), None)
-    if start is None:
-        return "\n".join([*lines, "", *body]).lstrip("\n") + "\n"
-    end = next((i for i in range(start + 1, len(lines)) if _TABLE_HEADER.match(lines[i])), len(lines))
-    return "\n".join([*lines[:start], *body, "", *lines[end:]]).rstrip("\n") + "\n"

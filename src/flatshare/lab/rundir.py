@@ -5,6 +5,10 @@ loaders globbing `s*` never see it); when the block ends without error it takes 
 rename, so `target` is always absent or complete: a crashed run leaves no half-written folder (at most a
 hidden temp folder, which is removed on error when the process lives to do it). A folder already at
 `target` (an earlier run of the same job) is replaced.
+
+Single files are written by `flatshare.safeout` (a temp file created exclusively, then renamed: never
+through a planted symlink). Reading is bounded (`flatshare.jsonin`): `read_json` / `read_jsonl` give an
+InputError naming the file and line for a file that is missing, too large, not JSON, or not objects.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from flatshare import jsonin, safeout
+from flatshare.errors import InputError
 
 
 def _beside(target: Path, tag: str) -> Path:
@@ -47,15 +54,13 @@ def json_text(data: Any) -> str:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write `data` as `json_text`, atomically (a temp file beside `path`, then a rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _beside(path, "tmp")
-    tmp.write_text(json_text(data))
-    tmp.replace(path)
+    """Write `data` as `json_text`, atomically and safely (`flatshare.safeout`)."""
+    safeout.write_text(path, json_text(data))
 
 
-def read_json(path: Path) -> Any:
-    return json.loads(path.read_text())
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON file holding an object, read within `flatshare.jsonin`'s limits (InputError otherwise)."""
+    return jsonin.read_object(path)
 
 
 def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
@@ -66,4 +71,11 @@ def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """One JSON object a line, within `flatshare.jsonin`'s limits (InputError naming the file and line)."""
+    rows = []
+    for where, line in jsonin.read_lines(path):
+        row = jsonin.loads(line, where)
+        if not isinstance(row, dict):
+            raise InputError(f"{where}: must be a JSON object, not {type(row).__name__}")
+        rows.append(row)
+    return rows

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
 from flatshare.listen.timeline import CallTimeline
+from flatshare.safeout import save_figure
 
 COLORS = {"caller": "#8c8c8c", "wait": "#c44e52", "reply": "#4c72b0", "hold": "#e8a5a7"}
 LEGEND = {
@@ -58,5 +59,5 @@ def call_figure(timelines: Sequence[CallTimeline], path: Path, title: str) -> No
         frameon=False,
     )
     fig.tight_layout(rect=(0, 0.07, 1, 1))
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)

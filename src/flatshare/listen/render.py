@@ -4,6 +4,10 @@ Left channel: the first run; right channel: `compare`, the same call of another 
 workload (same spec and seed), so stock vLLM and make-room can be heard side by side. Both lanes start with
 the caller's first chosen turn; each turn is the caller speaking, the run's measured wait in silence, the
 reply spoken (`flatshare.listen.timeline`). The png beside the wav shows the lanes on one time axis.
+
+Everything is read and checked before the speech tools are asked for or a file is written: the run folders
+(bounded and typed, `load_voice_run`), the chosen turns, and the clip's length (at most `MAX_CLIP_S`). Both
+files are written by `flatshare.safeout` (never through a symlink planted as the wav or the png).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from flatshare import safeout
 from flatshare.errors import InputError
 from flatshare.listen.figure import call_figure
 from flatshare.listen.mix import Speaker, cached, channels, lane
@@ -27,6 +32,7 @@ from flatshare.listen.timeline import (
 
 DEFAULT_RATE = 16_000
 PHONE_RATE = 8_000  # a telephone line's sample rate, for small files to link from a report
+MAX_CLIP_S = 3600.0  # one hour of audio: 110 MiB of 16 kHz 16-bit stereo
 
 
 @dataclass(frozen=True)
@@ -54,20 +60,22 @@ def render_call(
         raise InputError(f"--out {out}: must end in .wav (call.png is written beside it)")
     if not 4000 <= rate <= 48000:
         raise InputError(f"--rate {rate}: must be 4000-48000 samples a second")
-    if speaker is speak:
-        require_tools()
     runs = [load_voice_run(run_dir)]
     if compare is not None:
         runs.append(_same_workload(runs[0], load_voice_run(compare)))
     chosen = list(turns) if turns else _common_turns(runs, caller, call)
     timelines = tuple(call_timeline(run, caller, call, chosen) for run in runs)
+    longest = max(t.length_s for t in timelines)
+    if longest > MAX_CLIP_S:
+        raise InputError(
+            f"call {call} of caller line {caller}: the clip would last {longest:.0f} s, more than "
+            f"{MAX_CLIP_S:.0f} s (choose fewer turns with --turns)"
+        )
+    if speaker is speak:
+        require_tools()
     say = cached(speaker)
     audio = channels([lane(t, rate, say) for t in timelines])
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_wav(out, audio, rate, bits)
-    except OSError as exc:
-        raise InputError(f"--out {out}: cannot write it ({exc.strerror})") from exc
+    safeout.write_file(out, lambda f: write_wav(f, audio, rate, bits), binary=True)
     png = out.with_suffix(".png")
     call_figure(timelines, png, _title(timelines, chosen))
     return Rendered(out, png, timelines, rate)

@@ -16,6 +16,7 @@ import tempfile
 import wave
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -118,15 +119,16 @@ def read_wav(path: Path) -> tuple[np.ndarray, int]:
     return data.reshape(-1, count), rate
 
 
-def write_wav(path: Path, samples: np.ndarray, rate: int, bits: int = 16) -> None:
-    """Write float samples, shape (frames, channels), as 16-bit (or 8-bit, half the size) PCM."""
+def write_wav(path: Path | IO[bytes], samples: np.ndarray, rate: int, bits: int = 16) -> None:
+    """Write float samples, shape (frames, channels), as 16-bit (or 8-bit, half the size) PCM, to a path or
+    a binary file object."""
     if bits == 16:
         pcm = np.clip(np.round(samples * 32767.0), -32768, 32767).astype("<i2").tobytes()
     elif bits == 8:
         pcm = np.clip(np.round(samples * 127.0) + 128, 0, 255).astype(np.uint8).tobytes()
     else:
         raise ValueError(f"bits must be 8 or 16, got {bits}")
-    with wave.open(str(path), "wb") as f:
+    with wave.open(path if not isinstance(path, Path) else str(path), "wb") as f:
         f.setnchannels(samples.shape[1])
         f.setsampwidth(bits // 8)
         f.setframerate(rate)

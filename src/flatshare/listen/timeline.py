@@ -33,7 +33,7 @@ from pathlib import Path
 from flatshare.colocation.voice import VoicePipeline
 from flatshare.errors import InputError
 from flatshare.lab.rundir import read_json
-from flatshare.replay.records import ReplayRecord, read_records
+from flatshare.replay.records import MAX_TOKENS, ReplayRecord, read_records
 from flatshare.workloads.model import Session, WorkloadRequest
 from flatshare.workloads.synth.voice import VoiceProfile
 
@@ -136,20 +136,35 @@ def load_voice_run(folder: Path) -> VoiceRun:
 
 
 def _run_facts(folder: Path) -> tuple[str, int, int | None, str]:
-    """(spec, seed, max_model_len, label) from `engine.json` (co-location) or `run.json` (replay)."""
+    """(spec, seed, max_model_len, label) from `engine.json` (co-location) or `run.json` (replay), read
+    within `flatshare.jsonin`'s bounds and checked: `spec` a string, `seed` an integer >= 0,
+    `max_model_len` null or an integer in [2, MAX_TOKENS]; InputError naming the file otherwise."""
     if (folder / "engine.json").is_file():
-        facts = read_json(folder / "engine.json")
-        max_model_len = (facts.get("engine_config") or {}).get("max_model_len")
+        path = folder / "engine.json"
+        facts = read_json(path)
+        config = facts.get("engine_config") or {}
+        if not isinstance(config, dict):
+            raise InputError(f"{path}: engine_config must be a table, got {type(config).__name__}")
+        max_model_len = config.get("max_model_len")
         label = folder.parts[-3] if len(folder.parts) >= 3 else folder.name
     elif (folder / "run.json").is_file():
-        facts = read_json(folder / "run.json")
+        path = folder / "run.json"
+        facts = read_json(path)
         max_model_len = facts.get("max_model_len")
         label = folder.name
     else:
         raise InputError(f"{folder}: not a run folder (no engine.json or run.json beside requests.jsonl)")
     spec, seed = facts.get("spec"), facts.get("seed")
-    if not isinstance(spec, str) or not isinstance(seed, int):
-        raise InputError(f"{folder}: its run facts name no workload spec and seed")
+    if not isinstance(spec, str) or isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InputError(f"{path}: names no workload spec and seed (a string and an integer >= 0)")
+    if max_model_len is not None and (
+        isinstance(max_model_len, bool)
+        or not isinstance(max_model_len, int)
+        or not 2 <= max_model_len <= MAX_TOKENS
+    ):
+        raise InputError(
+            f"{path}: max_model_len must be null or an integer in [2, {MAX_TOKENS:,}], got {max_model_len!r}"
+        )
     return spec, seed, max_model_len, label
 
 

@@ -34,7 +34,7 @@ from flatshare.replay.rundir import prepare, write_run
 from flatshare.replay.wallclock import WallClockOptions, run_in_loop, run_wallclock
 from flatshare.sim.options import EngineOptions
 from flatshare.workloads.model import Workload
-from flatshare.workloads.spec import parse_spec
+from flatshare.workloads.spec import check_spec, parse_spec
 from flatshare.workloads.tokens import DEFAULT_VOCAB
 
 
@@ -81,6 +81,7 @@ def replay_command(
     if duration < 0 or max_model_len < 0 or grace < 0:
         raise InputError("--duration, --grace and --max-model-len must be >= 0")
     urls = [normalize_url(url) for url in endpoints]
+    check_spec(workload)  # malformed or too large: refused before OUT is made
     prepare(out)
     meta: dict[str, Any] = {
         "spec": workload,

@@ -29,6 +29,16 @@ from flatshare.errors import InputError
 RECORD_VERSION = 2
 STATUSES = ("ok", "failed", "refused")
 UPGRADE_HINT = "convert the file with `flatshare records upgrade IN OUT`"
+MAX_TIME_S = 1e7  # seconds from the start of a run: 115 days
+MAX_TOKENS = 10_000_000  # prompt, output and first-sentence tokens of one request
+_TIMES = ("send_s", "end_s", "first_token_s", "first_sentence_s", "first_scheduled_s")
+_COUNTS = {
+    "prompt_tokens": 0,
+    "max_tokens": 0,
+    "output_tokens": 0,
+    "first_sentence_tokens": 1,
+    "preemptions": 0,
+}
 
 
 @dataclass
@@ -158,15 +168,45 @@ def schema_problems(data: Any) -> list[str]:
         problems.append(f"field 'version': {data['version']} is not {RECORD_VERSION}")
     if data["status"] not in STATUSES:
         problems.append(f"field 'status': {data['status']!r} not in {STATUSES}")
+    problems += _range_problems(data)
+    if problems:
+        return problems
     times = data["token_times_s"]
-    if any(not isinstance(t, int | float) for t in times) or times != sorted(times):
+    if any(not isinstance(t, int | float) or isinstance(t, bool) for t in times) or times != sorted(times):
         problems.append("field 'token_times_s': must be non-decreasing numbers")
+    elif len(times) > MAX_TOKENS:
+        problems.append(f"field 'token_times_s': more than {MAX_TOKENS:,} tokens")
     elif data["output_tokens"] != len(times):
         problems.append("field 'output_tokens': does not match token_times_s")
+    elif times and not (times[0] >= 0 and times[-1] <= MAX_TIME_S):
+        problems.append(f"field 'token_times_s': times must lie in [0, {MAX_TIME_S:g}] s")
     elif times and times[0] < data["send_s"]:
         problems.append("field 'token_times_s': a token before send_s")
     if data["status"] == "ok" and data["end_s"] is None:
         problems.append("field 'end_s': an ok request must have ended")
+    elif data["end_s"] is not None and data["end_s"] < data["send_s"]:
+        problems.append(f"field 'end_s': {data['end_s']} is before send_s {data['send_s']}")
+    return problems
+
+
+def _range_problems(data: dict[str, Any]) -> list[str]:
+    """Numbers out of their ranges: times in [0, MAX_TIME_S] s, token counts in [0, MAX_TOKENS], a first
+    sentence of at least one token, preemptions >= 0, `wait_s` a table of times."""
+    problems = []
+    for name in _TIMES:
+        value = data[name]
+        if value is not None and not 0 <= value <= MAX_TIME_S:
+            problems.append(f"field '{name}': {value!r} is not a time in [0, {MAX_TIME_S:g}] s")
+    for name, low in _COUNTS.items():
+        value = data[name]
+        if value is not None and not low <= value <= MAX_TOKENS:
+            problems.append(f"field '{name}': {value!r} is not a count in [{low}, {MAX_TOKENS:,}]")
+    waits = data["wait_s"] or {}
+    if any(
+        not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v <= MAX_TIME_S
+        for v in waits.values()
+    ):
+        problems.append(f"field 'wait_s': values must be times in [0, {MAX_TIME_S:g}] s")
     return problems
 
 
@@ -184,10 +224,9 @@ def write_records(path: Path, records: Iterable[ReplayRecord]) -> None:
 
 def decode_lines(path: Path) -> Iterable[tuple[str, Any]]:
     """(`path:line`, decoded object) for each non-empty line; InputError for a file that cannot be read
-    or a line that is not JSON (UTF-8 and within `flatshare.jsonin`'s limits)."""
-    for number, line in enumerate(jsonin.read_text(path).splitlines(), start=1):
-        if line.strip():
-            yield f"{path}:{number}", jsonin.loads(line, f"{path}:{number}")
+    or a line that is not JSON (UTF-8 and within `flatshare.jsonin`'s limits, sizes included)."""
+    for where, line in jsonin.read_lines(path):
+        yield where, jsonin.loads(line, where)
 
 
 def read_records(path: Path) -> list[ReplayRecord]:

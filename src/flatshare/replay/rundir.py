@@ -18,14 +18,14 @@ and renamed, so a folder never holds a half-written file, even when the run was 
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from flatshare import jsonin, safeout
 from flatshare.errors import InputError
-from flatshare.replay.records import RECORD_VERSION, ReplayRecord, write_records
+from flatshare.replay.records import MAX_TIME_S, RECORD_VERSION, ReplayRecord, record_lines
 from flatshare.sim.records import EngineSample
 
 RUN_VERSION = 1
@@ -64,40 +64,70 @@ def write_run(
 ) -> dict[str, Any]:
     """Write the three files into `out` (made if needed); returns what went into run.json."""
     prepare(out)
-    write_atomic(out / REQUESTS, lambda path: write_records(path, records))
-    write_atomic(out / SAMPLES, lambda path: write_samples(path, samples))
+    write_atomic(out / REQUESTS, lambda f: f.writelines(record_lines(records)))
+    write_atomic(out / SAMPLES, lambda f: f.writelines(sample_lines(samples)))
     run = {"run_version": RUN_VERSION, "record_version": RECORD_VERSION, **meta, **run_summary(records)}
-    write_atomic(out / RUN, lambda path: path.write_text(json.dumps(run, indent=2, sort_keys=True) + "\n"))
+    write_atomic(out / RUN, lambda f: f.write(json.dumps(run, indent=2, sort_keys=True) + "\n"))
     return run
 
 
+def sample_lines(samples: Iterable[tuple[str, EngineSample]]) -> Iterator[str]:
+    """Each sample as its line of `samples.jsonl`: with its engine's name, keys sorted."""
+    for engine, s in samples:
+        yield json.dumps({"engine": engine, **s.to_json()}, sort_keys=True) + "\n"
+
+
 def write_samples(path: Path, samples: Iterable[tuple[str, EngineSample]]) -> None:
-    """Write `samples.jsonl`: each sample with its engine's name, keys sorted (not atomic)."""
-    lines = [json.dumps({"engine": engine, **s.to_json()}, sort_keys=True) for engine, s in samples]
-    path.write_text("".join(f"{line}\n" for line in lines))
+    """Write `samples.jsonl` (atomically and safely, `flatshare.safeout`)."""
+    write_atomic(path, lambda f: f.writelines(sample_lines(samples)))
+
+
+_SAMPLE_INTS = ("running", "waiting", "preemptions_total", "cpu_tier_blocks")
+
+
+def sample_from_row(data: Any, where: str) -> tuple[str, EngineSample]:
+    """(engine, sample) of one decoded `samples.jsonl` line; InputError naming `where` and the field
+    unless it is an object of exactly `engine` (a string) and the sample's fields: `t` a time in
+    [0, MAX_TIME_S] s, `kv_usage` in [0, 1], the counts integers >= 0."""
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: a sample must be a JSON object")
+    expected = {"engine", "t", "kv_usage", *_SAMPLE_INTS}
+    if set(data) != expected:
+        odd = sorted(expected ^ set(data))[0]
+        raise InputError(
+            f"{where}: not a sample (field {odd!r} {'missing' if odd in expected else 'unknown'})"
+        )
+    if not isinstance(data["engine"], str):
+        raise InputError(f"{where}: field 'engine': expected a string")
+    for name, high in (("t", MAX_TIME_S), ("kv_usage", 1.0)):
+        value = data[name]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= high:
+            raise InputError(f"{where}: field {name!r}: {value!r} is not a number in [0, {high:g}]")
+    for name in _SAMPLE_INTS:
+        value = data[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputError(f"{where}: field {name!r}: {value!r} is not an integer >= 0")
+    fields = {k: v for k, v in data.items() if k != "engine"}
+    return data["engine"], EngineSample(**fields)
 
 
 def read_samples(path: Path) -> list[tuple[str, EngineSample]]:
-    """Read `samples.jsonl` back; errors name the file and line."""
-    out = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-            engine = data.pop("engine")
-            out.append((str(engine), EngineSample(**data)))
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise InputError(f"{path}:{number}: not a sample ({exc})") from exc
-    return out
+    """Read `samples.jsonl` back, within `flatshare.jsonin`'s limits; errors name the file and line."""
+    return [sample_from_row(jsonin.loads(line, where), where) for where, line in jsonin.read_lines(path)]
 
 
-def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
-    """Call `write` on a temporary name beside `path`, then rename it into place: `path` is either
-    untouched or complete, also after an error or Ctrl-C (the temporary file is then removed)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+def read_sample_rows(path: Path) -> list[dict[str, Any]]:
+    """`samples.jsonl`'s lines as decoded, each checked by `sample_from_row`."""
+    rows = []
+    for where, line in jsonin.read_lines(path):
+        row = jsonin.loads(line, where)
+        sample_from_row(row, where)
+        rows.append(row)
+    return rows
+
+
+def write_atomic(path: Path, write: Callable[[IO[str]], object]) -> None:
+    """Call `write` on a text file that becomes `path` only when complete (`flatshare.safeout`): `path` is
+    either untouched or complete, also after an error or Ctrl-C, and a symlink planted at `path` or at any
+    temporary name is never written through."""
+    safeout.write_file(path, write)

@@ -7,7 +7,9 @@ Two old kinds, both once marked version 1, are read line by line (a file may mix
 - the replay record of version 1: unchanged but for `version` and the new simulator-only `preemptions`
   (null: version 1 did not record it).
 A line already of the current version is kept as it is. Every result is checked against the schema.
-OUT is written to a temporary name and renamed into place; IN is never overwritten.
+OUT is written to a temporary file created exclusively beside it and renamed into place
+(`flatshare.safeout`: never through a planted symlink); IN is never overwritten. IN is read within
+`flatshare.jsonin`'s bounds (a line of at most 16 MiB: `/dev/zero` is refused).
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from flatshare.replay.records import (
     ReplayRecord,
     decode_lines,
     old_format,
+    record_lines,
     schema_problems,
-    write_records,
 )
 from flatshare.replay.rundir import write_atomic
 from flatshare.sim.records import SIM_ENGINE, RequestRecord
@@ -88,8 +90,5 @@ def upgrade_file(source: Path, target: Path) -> dict[str, int]:
         kind, record = upgrade_row(data, where)
         kinds[kind] += 1
         records.append(record)
-    try:
-        write_atomic(target, lambda path: write_records(path, records))
-    except OSError as exc:
-        raise InputError(f"OUT {target}: cannot write ({exc.strerror})") from exc
+    write_atomic(target, lambda f: f.writelines(record_lines(records)))
     return dict(sorted(kinds.items()))

