@@ -55,8 +55,8 @@ class EventScanner:
     The SSE spec ends a line with CRLF, LF or CR, and an event with a blank line, so `\\r\\n\\r\\n` (what
     sse-starlette writes) and `\\r\\r` end events as `\\n\\n` does. `feed(chunk)` returns the bytes of every
     event completed so far (unchanged, possibly b""), keeping the rest. Each byte is looked at once: the
-    scan resumes where it stopped, and a CR at the end of a chunk waits for the next byte (it may be the
-    first half of a CRLF). An unfinished event longer than `max_event_bytes` raises `EventTooLarge`, so a
+    scan resumes where it stopped, and a CR that ends a chunk ends its line at once (an LF that starts
+    the next chunk is taken as the rest of that CRLF, not as a second line end). An unfinished event longer than `max_event_bytes` raises `EventTooLarge`, so a
     stream without blank lines costs bounded memory and linear time.
     """
 
@@ -65,18 +65,26 @@ class EventScanner:
         self._buffer = bytearray()
         self._scanned = 0  # bytes of the buffer already looked at
         self._line_start = 0  # where the line being read begins
+        self._after_cr = False  # the last byte scanned was a CR: an LF next is the rest of its CRLF
 
     def feed(self, chunk: bytes) -> bytes:
         """The complete events now available (b"" when none); raises `EventTooLarge` (class docstring)."""
         buffer = self._buffer
         buffer += chunk
-        end = len(buffer) - 1 if buffer.endswith(b"\r") else len(buffer)
+        start = self._scanned
+        if self._after_cr and start < len(buffer):
+            self._after_cr = False
+            if buffer[start] == 0x0A:  # the LF of a CRLF split between chunks: not a second line end
+                start += 1
+                self._line_start = start
         cut = 0
-        for match in _LINE_END.finditer(buffer, self._scanned, end):
+        for match in _LINE_END.finditer(buffer, start):
             if match.start() == self._line_start:  # an empty line: the event before it is complete
                 cut = match.end()
             self._line_start = match.end()
-        self._scanned = max(self._scanned, end)
+        if len(buffer) > start:
+            self._after_cr = buffer.endswith(b"\r") or (self._after_cr and start == len(buffer))
+        self._scanned = len(buffer)
         ready = b""
         if cut:
             ready = bytes(buffer[:cut])
@@ -92,6 +100,7 @@ class EventScanner:
         rest = bytes(self._buffer)
         self._buffer.clear()
         self._scanned = self._line_start = 0
+        self._after_cr = False
         return rest
 
     @property
