@@ -100,8 +100,12 @@ def fake_backend_app(state: FakeState) -> Starlette:
         state.bodies.append(body)
         state.headers.append(dict(request.headers))
         state.clients.add(request.client.port if request.client else 0)
-        if state.hang_s:
-            await asyncio.sleep(state.hang_s)
+        hang_until = time.monotonic() + state.hang_s
+        while time.monotonic() < hang_until:  # a hung backend, until the client gives up
+            if await request.is_disconnected():
+                state.aborted += 1
+                return Response(status_code=499)
+            await asyncio.sleep(0.02)
         if state.status != 200:
             return JSONResponse({"error": {"message": "fake failure"}}, status_code=state.status)
         if not body.get("stream"):

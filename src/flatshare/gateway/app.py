@@ -146,7 +146,7 @@ def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monot
             fields = {
                 "preemptions_total": snap.preemptions,
                 "url": state.config.url,
-                "error": state.last_error,
+                "error": state.error,
                 "degraded": snap.degraded,
                 "poller": state.poller,
             }

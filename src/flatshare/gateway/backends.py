@@ -51,6 +51,7 @@ class BackendState:
     made it unhealthy ("" when it turned healthy); the poller sets it (logging, membership)."""
     limits: BackendLimits = field(default_factory=BackendLimits)
     degraded_at_s: float | None = None
+    degraded_error: str = ""
     poller: str = "starting"
 
     @property
@@ -83,7 +84,12 @@ class BackendState:
     def mark_degraded(self, error: str, now_s: float) -> None:
         """The backend missed the first-byte timeout (module docstring)."""
         self.degraded_at_s = now_s
-        self.last_error = error
+        self.degraded_error = error
+
+    @property
+    def error(self) -> str:
+        """What went wrong last: the last failure, else why it is degraded (else "")."""
+        return self.last_error or (self.degraded_error if self.degraded_at_s is not None else "")
 
     def answered(self) -> None:
         """A proxied request got its answer's head in time: not degraded any more."""
