@@ -38,7 +38,7 @@ HIGH_WATER = 1 << 20
 MAX_IDLE_PER_BACKEND = 256
 
 
-class _HeadTimeout(UpstreamError):
+class ResponseHeadTimeout(UpstreamError):
     """No response head within the wait `_exchange` was given."""
 
 
@@ -241,7 +241,7 @@ class NativeUpstream:
             return await self._send("POST", url, body, headers, self.read_timeout_s)
         try:
             return await self._send("POST", url, body, headers, head_timeout_s)
-        except _HeadTimeout as exc:
+        except ResponseHeadTimeout as exc:
             raise FirstByteTimeout(str(exc)) from exc
 
     async def fetch(
@@ -288,7 +288,7 @@ class NativeUpstream:
                     await conn.head
             except TimeoutError as exc:
                 conn.close()
-                raise _HeadTimeout(f"no response head from the backend within {timeout_s} s") from exc
+                raise ResponseHeadTimeout(f"no response head from the backend within {timeout_s} s") from exc
             except UpstreamError:
                 conn.close()
                 if reused and not conn.got_bytes:
