@@ -5,6 +5,11 @@ keep-alive server. `POST /v1/completions` (any body) streams `--tokens` SSE toke
 apart, one chunked write each as vLLM streams, then `data: [DONE]`; `GET /metrics` answers vLLM's KV and
 queue gauges (fixed values), `/health` and `/v1/models` what the gateway's poller needs. It spends a few
 microseconds per request, so a benchmark through it measures the proxy in front, not a model.
+
+`--misbehave` makes it a broken backend (benchmarks/gateway_soak.py, issue 32): `/metrics` answers a
+page with `+Inf`, an overflowing sum, `NaN` or a 400-digit number on every other second, and requests
+cycle through three answers: a normal stream, a stream framed with CRLF line ends (legal SSE), and no
+answer at all (it holds the connection until the client closes it).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import time
 import typing
 
 METRICS = (
@@ -22,6 +28,15 @@ METRICS = (
     "# TYPE vllm:num_requests_waiting gauge\n"
     'vllm:num_requests_waiting{engine="0",model_name="canned"} 0.0\n'
 )
+BAD_METRICS = (
+    METRICS.replace(
+        'running{engine="0",model_name="canned"} 1.0', 'running{engine="0",model_name="canned"} +Inf'
+    ),
+    METRICS + 'vllm:num_requests_waiting{engine="1",model_name="canned"} 1e308\n'
+    'vllm:num_requests_waiting{engine="2",model_name="canned"} 1e308\n',
+    METRICS.replace("0.25", "NaN"),
+    METRICS.replace("0.0\n", "9" * 400 + "\n"),
+)
 MODELS = json.dumps({"object": "list", "data": [{"id": "canned", "object": "model"}]})
 
 
@@ -30,6 +45,9 @@ class Canned(asyncio.Protocol):
 
     tokens = 16
     interval_s = 0.001
+    misbehave = False
+    requests = 0
+    models = MODELS
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport, self.buffer = typing.cast(asyncio.Transport, transport), b""
@@ -47,7 +65,17 @@ class Canned(asyncio.Protocol):
             self.task = asyncio.ensure_future(self.respond(head.split(" ")[1]))
 
     async def respond(self, path: str) -> None:
-        plain = {"/metrics": METRICS, "/health": "", "/v1/models": MODELS}.get(path)
+        plain = {"/metrics": METRICS, "/health": "", "/v1/models": self.models}.get(path)
+        line_end = "\n"
+        if self.misbehave:
+            now = int(time.monotonic())
+            if path == "/metrics" and now % 2:
+                plain = BAD_METRICS[now // 2 % len(BAD_METRICS)]
+            elif plain is None:
+                Canned.requests += 1
+                if Canned.requests % 3 == 0:
+                    return None  # hangs: never answers
+                line_end = "\r\n" if Canned.requests % 3 == 1 else "\n"
         if plain is not None:
             head = f"HTTP/1.1 200 OK\r\ncontent-length: {len(plain)}\r\n\r\n"
             return self.transport.write((head + plain).encode())
@@ -57,17 +85,19 @@ class Canned(asyncio.Protocol):
         for i in range(self.tokens):
             finish = '"length"' if i == self.tokens - 1 else "null"
             event = (
-                f'data: {{"choices":[{{"index":0,"text":" w{i}","finish_reason":{finish}}}]}}\n\n'.encode()
+                f'data: {{"choices":[{{"index":0,"text":" w{i}","finish_reason":{finish}}}]}}\n\n'.replace(
+                    "\n", line_end
+                ).encode()
             )
             self.transport.write(b"%x\r\n%s\r\n" % (len(event), event))
             if self.interval_s:
                 await asyncio.sleep(self.interval_s)
-        done = b"data: [DONE]\n\n"
+        done = f"data: [DONE]{line_end}{line_end}".encode()
         self.transport.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
 
 
-def serve_canned(port: int, tokens: int, interval_ms: float) -> None:
-    Canned.tokens, Canned.interval_s = tokens, interval_ms / 1000
+def serve_canned(port: int, tokens: int, interval_ms: float, misbehave: bool = False) -> None:
+    Canned.tokens, Canned.interval_s, Canned.misbehave = tokens, interval_ms / 1000, misbehave
     loop = asyncio.new_event_loop()
     server = loop.run_until_complete(loop.create_server(Canned, "127.0.0.1", port, backlog=4096))
     print(f"canned backend on {port}", flush=True)
@@ -81,8 +111,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--tokens", type=int, default=16, help="token events per stream")
     parser.add_argument("--interval-ms", type=float, default=1.0, help="time between token events")
+    parser.add_argument("--model", default="canned", help="the model id /v1/models lists")
+    parser.add_argument("--misbehave", action="store_true", help="a broken backend (see the docstring)")
     args = parser.parse_args()
-    serve_canned(args.port, args.tokens, args.interval_ms)
+    Canned.models = json.dumps({"object": "list", "data": [{"id": args.model, "object": "model"}]})
+    serve_canned(args.port, args.tokens, args.interval_ms, args.misbehave)
 
 
 if __name__ == "__main__":

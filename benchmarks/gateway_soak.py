@@ -27,11 +27,19 @@ request re-sent after its first backend failed has lines for attempt 1, 2, ...; 
 attempt-1 line per request sent, none missing (requests refused before routing write none, and this
 load sends none such), and total lines = requests + retry lines.
 
+`--misbehaving` adds a broken backend `bad` (`benchmarks/canned_vllm.py --misbehave`, never killed):
+every other second its /metrics page holds `+Inf`, an overflowing sum, `NaN` or a 400-digit number,
+and its answers cycle through a normal stream, a CRLF-framed stream and no answer at all. The gateway
+runs with `backend_limits.first_byte_timeout_s = 1` (`--config` in the out folder), so a request sent
+there is retried elsewhere within a second. Figures: `/health` latency through the run (p50, max), and
+the bad backend's poll errors by type, whether its poller still runs, and how often it was degraded.
+Extra check: its poller is alive at the end (and no request hangs or is truncated, as ever).
+
 Checks (exit status 1 if any fails; 0 when all pass): 0 hangs, 0 silent truncations, the audit log
 accounts for every request, RSS growth over the second half under 10%, every killed backend rejoined.
 
     python benchmarks/gateway_soak.py [--requests 100000] [--concurrency 32] [--kill-every 5000]
-        [--restart-after 1] [--out DIR] [--json PATH]
+        [--restart-after 1] [--misbehaving] [--out DIR] [--json PATH]
 """
 
 from __future__ import annotations
@@ -91,6 +99,7 @@ class Settings:
     rejoin_timeout_s: float = 120.0
     rss_every: int = 0  # 0: requests // 20 (at least 50)
     out: str = ""
+    misbehaving: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -389,6 +398,7 @@ class Run:
     rss: list[tuple[int, int]] = field(default_factory=list)  # (requests done, kB)
     kills: list[Kill] = field(default_factory=list)
     load_over: asyncio.Event = field(default_factory=asyncio.Event)
+    health_ms: list[float] = field(default_factory=list)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -502,7 +512,9 @@ async def soak(run: Run, console: Console) -> dict[str, Any]:
             run.started = time.monotonic()
             cpu_before = _cpu_now(run)
             kills = asyncio.create_task(killer(run, control, rejoins))
+            probe = asyncio.create_task(health_probe(run, control))
             await load(run, progress)
+            await probe
             load_s = run.elapsed()
             cpu_after = _cpu_now(run)
             await kills
@@ -516,8 +528,43 @@ async def soak(run: Run, console: Console) -> dict[str, Any]:
             await asyncio.wait(rejoins, timeout=run.settings.rejoin_timeout_s + 35)
             for task in rejoins:
                 task.cancel()
+        bad = await misbehaving_figures(control, run.gateway) if run.settings.misbehaving else None
     cpu = {who: (cpu_after[who] - cpu_before[who]) for who in cpu_before}
-    return figures(run, audit, load_s, cpu)
+    result = figures(run, audit, load_s, cpu)
+    if bad is not None:
+        result["misbehaving"] = bad
+        result["checks"]["the misbehaving backend's poller is alive"] = bad["poller_up"] == 1
+        result["passed"] = all(result["checks"].values())
+    return result
+
+
+async def health_probe(run: Run, client: httpx.AsyncClient) -> None:
+    """GET /health every 0.1 s while the load runs; its latency in ms (a slow one: the loop was busy)."""
+    while not run.load_over.is_set():
+        started = time.monotonic()
+        with contextlib.suppress(httpx.HTTPError):
+            await client.get(f"{run.gateway}/health", timeout=10)
+            run.health_ms.append((time.monotonic() - started) * 1000)
+        await asyncio.sleep(0.1)
+
+
+async def misbehaving_figures(client: httpx.AsyncClient, gateway: str) -> dict[str, Any]:
+    """What the gateway says of the broken backend `bad` after the load (its /metrics)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    page = (await client.get(f"{gateway}/metrics", timeout=10)).text
+    errors: dict[str, float] = {}
+    up = degraded = None
+    for family in text_string_to_metric_families(page):
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name == "flatshare_gateway_task_errors_total" and labels.get("task") == "poll-bad":
+                errors[labels["error"]] = sample.value
+            elif sample.name == "flatshare_gateway_task_up" and labels.get("task") == "poll-bad":
+                up = sample.value
+            elif sample.name == "flatshare_gateway_errors_total" and labels.get("kind") == "upstream_timeout":
+                degraded = sample.value
+    return {"poll_errors": errors, "poller_up": up, "first_byte_timeouts": degraded}
 
 
 def _cpu_now(run: Run) -> dict[str, float]:
@@ -564,10 +611,22 @@ def figures(run: Run, audit: AuditFigures, load_s: float, cpu_s: dict[str, float
         "rss": rss,
         "audit": asdict(audit),
         "gateway_log_tracebacks": _tracebacks(Path(settings.out) / "gateway.log"),
+        "health_ms": _health_figures(run.health_ms),
     }
     result["checks"] = checks(result)
     result["passed"] = all(result["checks"].values())
     return result
+
+
+def _health_figures(samples: list[float]) -> dict[str, Any]:
+    ordered = sorted(samples)
+    if not ordered:
+        return {"samples": 0, "p50": None, "max": None}
+    return {
+        "samples": len(ordered),
+        "p50": round(ordered[len(ordered) // 2], 2),
+        "max": round(ordered[-1], 2),
+    }
 
 
 def checks(result: dict[str, Any]) -> dict[str, bool]:
@@ -626,6 +685,16 @@ def report(result: dict[str, Any], console: Console) -> None:
     )
     table.add_row("audit: requests missing", str(audit["missing"]))
     table.add_row("gateway log tracebacks", str(result["gateway_log_tracebacks"]))
+    health = result["health_ms"]
+    table.add_row("/health latency p50 / max", f"{health['p50']} / {health['max']} ms ({health['samples']})")
+    bad = result.get("misbehaving")
+    if bad is not None:
+        errors = ", ".join(f"{k} {v:.0f}" for k, v in sorted(bad["poll_errors"].items())) or "none"
+        table.add_row("misbehaving backend: poll errors", errors)
+        table.add_row(
+            "misbehaving backend: poller up / first-byte timeouts",
+            f"{bad['poller_up']} / {bad['first_byte_timeouts']}",
+        )
     console.print(table)
     for kind, examples in result["examples"].items():
         for example in examples:
@@ -663,6 +732,13 @@ def start_fleet(settings: Settings, children: Children, console: Console) -> tup
     cmd += ["--audit-log", str(folder / "audit.jsonl")]
     for backend in backends:
         cmd += ["--backend", f"{backend.name}={backend.url}"]
+    if settings.misbehaving:
+        bad_port = free_port()
+        canned = [sys.executable, str(Path(__file__).with_name("canned_vllm.py")), "--port", str(bad_port)]
+        children.start([*canned, "--misbehave", "--tokens", "12", "--model", "sim"], "bad.log")
+        config = folder / "gateway.toml"
+        config.write_text("[backend_limits]\nfirst_byte_timeout_s = 1.0\ndegraded_retry_s = 2.0\n")
+        cmd += ["--backend", f"bad=http://127.0.0.1:{bad_port}", "--config", str(config)]
     gateway = children.start(cmd, "gateway.log", stop_first=True)
     url = f"http://127.0.0.1:{gateway_port}"
 
@@ -736,6 +812,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path | None]:
         "--out", type=Path, help="folder for the audit log and process logs (default: a temp one)"
     )
     parser.add_argument("--json", type=Path, help="write the figures here as JSON")
+    parser.add_argument(
+        "--misbehaving", action="store_true", help="add a broken backend (bad metrics, hangs, CRLF streams)"
+    )
     args = parser.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="gateway-soak-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -755,6 +834,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path | None]:
             rejoin_timeout_s=args.rejoin_timeout_s,
             rss_every=args.rss_every,
             out=str(out),
+            misbehaving=args.misbehaving,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -215,7 +215,9 @@ def test_gateway_follows_dns_answers_while_it_runs(tmp_path: Path) -> None:
         for host in hosts:
             app = build_sim_app(EngineConfig(kv_tokens=32768, max_model_len=4096), load_profile(), seed=0)
             stack.enter_context(AddressServer(app, host, port))
-        discover = DiscoveryConfig(NAME, port=port, interval_s=0.2, timeout_s=0.5, nameserver=nameserver)
+        discover = DiscoveryConfig(
+            NAME, port=port, interval_s=0.2, timeout_s=0.5, nameserver=nameserver, expose_addresses=True
+        )
         config = GatewayConfig(
             discover=(discover,),
             policy="round-robin",

@@ -10,7 +10,9 @@ and streamed `/v1/completions` as server-sent events.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -80,6 +82,14 @@ class FakeState:
     aborted: int = 0
     tokenize_url: str | None = None  # answer /tokenize from this server (the same model's tokenizer)
     reply_delay_s: float = 0.0  # before a non-streaming answer (a request aborted meanwhile is counted)
+    # -- a hostile or broken backend (issue 32) --
+    metrics_text: str | None = None  # answer /metrics with this page instead of a good one
+    models_body: bytes | None = None  # answer /v1/models with these bytes instead
+    hang_s: float = 0.0  # completions: wait this long before answering at all (no response head)
+    line_end: str = "\n"  # how stream lines end: "\r\n" (sse-starlette's framing) or "\r" are legal SSE
+    hold_after_first: threading.Event | None = None  # streams wait (up to 10 s) for it after 1 event
+    held_released: list[bool] = field(default_factory=list)  # per held stream: released (not timed out)
+    unframed_bytes: int = 0  # streams send this many bytes of one event that never ends, then stop
 
 
 def fake_backend_app(state: FakeState) -> Starlette:
@@ -90,6 +100,12 @@ def fake_backend_app(state: FakeState) -> Starlette:
         state.bodies.append(body)
         state.headers.append(dict(request.headers))
         state.clients.add(request.client.port if request.client else 0)
+        hang_until = time.monotonic() + state.hang_s
+        while time.monotonic() < hang_until:  # a hung backend, until the client gives up
+            if await request.is_disconnected():
+                state.aborted += 1
+                return Response(status_code=499)
+            await asyncio.sleep(0.02)
         if state.status != 200:
             return JSONResponse({"error": {"message": "fake failure"}}, status_code=state.status)
         if not body.get("stream"):
@@ -105,12 +121,16 @@ def fake_backend_app(state: FakeState) -> Starlette:
 
     async def metrics(request: Request) -> Response:
         page = metrics_page(state.model, state.kv_usage, running=1, waiting=state.waiting)
-        return Response(page, media_type="text/plain")
+        return Response(
+            state.metrics_text if state.metrics_text is not None else page, media_type="text/plain"
+        )
 
     async def health(request: Request) -> Response:
         return Response(status_code=200)
 
     async def models(request: Request) -> Response:
+        if state.models_body is not None:
+            return Response(state.models_body, media_type="application/json")
         return JSONResponse(models_answer(state.model))
 
     async def tokenize(request: Request) -> Response:
@@ -131,10 +151,41 @@ def fake_backend_app(state: FakeState) -> Starlette:
     return Starlette(routes=routes)
 
 
+def _framed(event: bytes, line_end: str) -> bytes:
+    """`event` (LF-framed, as `sse` writes it) with its line ends written as `line_end`."""
+    return event.replace(b"\n", line_end.encode())
+
+
+async def _unframed(size: int) -> AsyncIterator[bytes]:
+    """One event that never ends: `size` bytes of a data line with no line end."""
+    yield b"data: "
+    piece = b"x" * 65536
+    for start in range(0, size, len(piece)):
+        yield piece[: size - start]
+        await asyncio.sleep(0)
+
+
+async def _held(state: FakeState, hold: threading.Event) -> None:
+    """Wait (off the loop) for the test to release a stream after its first event; records whether it did."""
+    state.held_released.append(await asyncio.to_thread(hold.wait, 10.0))
+
+
 async def _events(state: FakeState) -> AsyncIterator[bytes]:
+    if state.unframed_bytes:
+        async for piece in _unframed(state.unframed_bytes):
+            yield piece
+        return
+    async with contextlib.aclosing(_plain_events(state)) as events:  # closed at once when the client leaves
+        async for event in events:
+            yield _framed(event, state.line_end)
+
+
+async def _plain_events(state: FakeState) -> AsyncIterator[bytes]:
     done = False
     try:
         for i in range(state.tokens):
+            if i == 1 and state.hold_after_first is not None:
+                await _held(state, state.hold_after_first)
             if state.break_after is not None and i == state.break_after:
                 yield b'data: {"choices":[{"index":0,"te'  # half an event, then the connection drops
                 raise RuntimeError("fake backend dies mid-stream")

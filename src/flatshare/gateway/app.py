@@ -88,7 +88,7 @@ def startup_notes(config: GatewayConfig) -> list[str]:
 
 def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monotonic) -> Gateway:
     """Everything wired together; nothing runs until the app's lifespan starts."""
-    pool = BackendPool(config.backends, config.poll)
+    pool = BackendPool(config.backends, config.poll, config.backend_limits)
     switch = RoutingSwitch(RoutingConfig.of(config))
     metrics = GatewayMetrics(pool, clock, switch.current.thresholds)
     audit = AuditLog(config.audit_log or None)
@@ -146,7 +146,9 @@ def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monot
             fields = {
                 "preemptions_total": snap.preemptions,
                 "url": state.config.url,
-                "error": state.last_error,
+                "error": state.error,
+                "degraded": snap.degraded,
+                "poller": state.poller,
             }
             rows.append(backend_fields(snap) | fields)
         return JSONResponse({"backends": rows})

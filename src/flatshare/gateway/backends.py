@@ -10,6 +10,15 @@ Health rules (times from a monotonic clock passed in, so tests need no sleeping)
 
 Every flip of health goes to the state's `on_health` hook, whoever recorded it: the poller, or the
 proxy finding the backend gone (a refused connection, a stream cut) before the next poll does.
+
+Degraded is the proxy's view, apart from health (a backend may answer its polls and hang on
+completions): a streaming request that got no response head within `first_byte_timeout_s` marks the
+backend degraded (`mark_degraded`). A degraded backend is a candidate only when no healthy backend that
+is not degraded can take the request, until `degraded_retry_s` have passed (then one request may try it
+again: a half-open breaker); any answer in time ends it (`answered`).
+
+`poller` says how the backend's poller is: `starting`, `running`, or `dead` (it ended on an exception it
+did not survive, `watch.py`; the backend is then unhealthy, as nothing will read it again).
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from flatshare.gateway.backendlimits import BackendLimits
 from flatshare.gateway.config import BackendConfig, PollConfig
 from flatshare.gateway.routing import BackendSnapshot
 from flatshare.gateway.scrape import EngineMetrics
@@ -39,6 +49,10 @@ class BackendState:
     on_health: Callable[[BackendState, str], None] | None = None
     """Called after a recorded scrape or failure flips `healthy`, with the state and the failure that
     made it unhealthy ("" when it turned healthy); the poller sets it (logging, membership)."""
+    limits: BackendLimits = field(default_factory=BackendLimits)
+    degraded_at_s: float | None = None
+    degraded_error: str = ""
+    poller: str = "starting"
 
     @property
     def name(self) -> str:
@@ -67,6 +81,33 @@ class BackendState:
         if self.healthy != was_healthy and self.on_health is not None:
             self.on_health(self, error)
 
+    def mark_degraded(self, error: str, now_s: float) -> None:
+        """The backend missed the first-byte timeout (module docstring)."""
+        self.degraded_at_s = now_s
+        self.degraded_error = error
+
+    @property
+    def error(self) -> str:
+        """What went wrong last: the last failure, else why it is degraded (else "")."""
+        return self.last_error or (self.degraded_error if self.degraded_at_s is not None else "")
+
+    def answered(self) -> None:
+        """A proxied request got its answer's head in time: not degraded any more."""
+        self.degraded_at_s = None
+
+    def degraded(self, now_s: float) -> bool:
+        """Whether routing avoids the backend now (module docstring)."""
+        since = self.degraded_at_s
+        return since is not None and now_s - since < self.limits.degraded_retry_s
+
+    def poller_died(self, error: str) -> None:
+        """Its poller ended for good: unhealthy, with the reason, from now on."""
+        self.poller = "dead"
+        was_healthy = self.healthy
+        self.failures = self.poll.unhealthy_after_failures
+        self.last_error = f"poller died: {error}"
+        self._tell(was_healthy, self.last_error)
+
     def set_models(self, cards: Iterable[dict[str, object]]) -> None:
         self.model_cards = tuple(cards)
         self.models = frozenset(str(card.get("id")) for card in self.model_cards)
@@ -91,6 +132,7 @@ class BackendState:
             stale=age > self.poll.stale_after_s,
             healthy=self.healthy,
             kv_capacity_tokens=metrics.kv_capacity_tokens,
+            degraded=self.degraded(now_s),
         )
 
 
@@ -103,11 +145,12 @@ class BackendPool:
     snapshot, no candidate, no new request; requests already sent hold their own reference and finish.
     """
 
-    def __init__(self, backends: Iterable[BackendConfig], poll: PollConfig) -> None:
+    def __init__(
+        self, backends: Iterable[BackendConfig], poll: PollConfig, limits: BackendLimits | None = None
+    ) -> None:
         self.poll = poll
-        self.states: tuple[BackendState, ...] = tuple(
-            BackendState(config, poll, on_models=self._models_changed) for config in backends
-        )
+        self.limits = limits or BackendLimits()
+        self.states: tuple[BackendState, ...] = tuple(self._state(config) for config in backends)
         self.by_name = {state.name: state for state in self.states}
         self.known_models: frozenset[str] = frozenset()
         """Every model any backend has listed (healthy or not); kept current by `set_models`."""
@@ -116,10 +159,13 @@ class BackendPool:
         """A new member, unhealthy until its first good poll. ValueError if the name is taken."""
         if config.name in self.by_name:
             raise ValueError(f"backend {config.name!r} is already a member")
-        state = BackendState(config, self.poll, on_models=self._models_changed)
+        state = self._state(config)
         self.states = (*self.states, state)
         self.by_name[state.name] = state
         return state
+
+    def _state(self, config: BackendConfig) -> BackendState:
+        return BackendState(config, self.poll, on_models=self._models_changed, limits=self.limits)
 
     def remove(self, name: str) -> BackendState:
         """Take a member out (KeyError if it is none); its models stop counting as known."""
@@ -137,14 +183,17 @@ class BackendPool:
     def candidates(
         self, snapshots: tuple[BackendSnapshot, ...], model: str | None, exclude: frozenset[str] = frozenset()
     ) -> tuple[BackendSnapshot, ...]:
-        """The snapshots a policy may choose from: healthy, serving `model` (any when None), not excluded."""
-        return tuple(
+        """The snapshots a policy may choose from: healthy, serving `model` (any when None), not excluded,
+        and not degraded unless every such backend is (module docstring)."""
+        able = tuple(
             snap
             for snap in snapshots
             if snap.healthy
             and snap.name not in exclude
             and (model is None or model in self.by_name[snap.name].models)
         )
+        responsive = tuple(snap for snap in able if not snap.degraded)
+        return responsive or able
 
     def model_cards(self) -> list[dict[str, object]]:
         """Every healthy backend's /v1/models cards, one per model id (the first backend's card)."""

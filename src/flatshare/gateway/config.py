@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from flatshare.gateway.backendlimits import BackendLimits
 from flatshare.gateway.baselines import make_settings
 from flatshare.gateway.discovery import DiscoveryConfig
 from flatshare.gateway.policies import check_routing_names
@@ -152,6 +153,9 @@ class GatewayConfig:
     """With tenants: let anyone read /metrics (a Prometheus scrape without a token; access.py)."""
     expose_status: bool = False
     """With tenants: let anyone read /metrics, /gateway/backends and GET /gateway/routing (access.py)."""
+    # -- what a backend may send (issue 32, the backend-facing side) --
+    backend_limits: BackendLimits = field(default_factory=BackendLimits)
+    """Bounds on backends' answers and silence: page and event sizes, the first-byte timeout (backendlimits.py)."""
 
     def __post_init__(self) -> None:
         if not self.backends and not self.discover:

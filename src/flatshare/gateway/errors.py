@@ -22,6 +22,7 @@ ERROR_KINDS = (
     "upstream_connect",
     "upstream_status",
     "upstream_midstream",
+    "upstream_timeout",
     "tokenize",
     "shutdown",
     "internal",

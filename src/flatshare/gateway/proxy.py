@@ -49,11 +49,11 @@ from flatshare.gateway.inbound import ClientGone, Inbound, ascii_count, parse_in
 from flatshare.gateway.input_count import TokenCount, TokenCounter
 from flatshare.gateway.relay import response_headers, send_stream, send_whole
 from flatshare.gateway.routing import RequestFeatures, RoutingDecision
-from flatshare.gateway.sse import DONE, EventFramer, carries_token
+from flatshare.gateway.sse import DONE, EventFramer, EventTooLarge, token_events
 from flatshare.gateway.switch import RoutingSwitch
 from flatshare.gateway.telemetry import NO_BACKEND, GatewayMetrics
 from flatshare.gateway.tenants import Admission, Tenants
-from flatshare.gateway.upstream import Upstream, UpstreamError, UpstreamResponse
+from flatshare.gateway.upstream import FirstByteTimeout, Upstream, UpstreamError, UpstreamResponse
 
 log = logging.getLogger("flatshare.gateway")
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
@@ -227,12 +227,21 @@ class Proxy:
         answering (the caller tries the next), `ABORTED` when the gate aborted it first (gated streams)."""
         parts = self.parts
         started = parts.clock()
+        # a stream's head comes at once (vLLM answers before queueing): waiting longer is a hung backend
+        head_timeout = state.limits.first_byte_timeout_s if job.inbound.stream else None
         try:
-            upstream = await parts.upstream.post(state.config.url + self._path, payload, self._headers(job))
+            url = state.config.url + self._path
+            upstream = await parts.upstream.post(url, payload, self._headers(job), head_timeout)
+        except FirstByteTimeout as exc:
+            state.mark_degraded(f"proxy: {exc}", parts.clock())
+            log.warning("backend %s is degraded: %s", state.name, exc)
+            parts.metrics.error("upstream_timeout")
+            return None
         except UpstreamError as exc:
             state.record_failure(f"proxy: {exc}", refused=exc.refused)
             parts.metrics.error("upstream_connect")
             return None
+        state.answered()
         if upstream.status in RETRY_STATUSES:
             await upstream.close()
             state.record_failure(f"proxy: upstream answered {upstream.status}")
@@ -242,7 +251,9 @@ class Proxy:
         if job.inbound.stream and upstream.status == 200:
             if gate is not None:
                 keeper, gate_id = gate
-                first = await _first_token(upstream, keeper.abort_signal(gate_id))
+                first = await _first_token(
+                    upstream, keeper.abort_signal(gate_id), state.limits.max_event_bytes
+                )
                 if first is None:
                     return ABORTED
                 keeper.first_token(gate_id)
@@ -327,7 +338,12 @@ class _Prefetched:
     stream ended if it ended there; relays as the original would."""
 
     def __init__(
-        self, upstream: UpstreamResponse, rest: AsyncIterator[bytes], head: bytes, ending: Exception | None
+        self,
+        upstream: UpstreamResponse,
+        rest: AsyncIterator[bytes],
+        head: bytes,
+        ending: Exception | None,
+        max_event_bytes: int,
     ) -> None:
         self.status = upstream.status
         self.headers = upstream.headers
@@ -338,7 +354,7 @@ class _Prefetched:
         self._on_tokens: Callable[[int], None] | None = None
         self._until = 0
         self._counted = 0
-        self._framer = EventFramer()
+        self._framer = EventFramer(max_event_bytes)
 
     def count_tokens(self, on_tokens: Callable[[int], None], until: int) -> None:
         """Report the token events relayed so far to `on_tokens`, until there are `until` of them (each
@@ -360,8 +376,7 @@ class _Prefetched:
     def _count(self, chunk: bytes) -> None:
         if self._on_tokens is None or self._counted >= self._until:
             return
-        events = self._framer.feed(chunk).split(b"\n\n")
-        found = sum(carries_token(event.strip()) for event in events)
+        found = token_events(self._framer.feed(chunk))
         if found:
             self._counted += found
             self._on_tokens(self._counted)
@@ -373,12 +388,15 @@ class _Prefetched:
         await self._upstream.close()
 
 
-async def _first_token(upstream: UpstreamResponse, abort: asyncio.Event) -> _Prefetched | None:
+async def _first_token(
+    upstream: UpstreamResponse, abort: asyncio.Event, max_event_bytes: int
+) -> _Prefetched | None:
     """Read the stream up to its first event carrying a token (`sse.carries_token`; a chat stream's
     opening role event carries none), racing the gate's abort signal. On abort the upstream stream is
-    closed (the backend aborts the request) and None is returned."""
+    closed (the backend aborts the request) and None is returned. An event past `max_event_bytes` ends
+    the read there (the relay's own framer refuses it and ends the stream with an error event)."""
     rest = upstream.chunks().__aiter__()
-    framer = EventFramer()
+    framer = EventFramer(max_event_bytes)
     head: list[bytes] = []
     ending: Exception | None = None
     aborted = asyncio.ensure_future(abort.wait())
@@ -398,10 +416,13 @@ async def _first_token(upstream: UpstreamResponse, abort: asyncio.Event) -> _Pre
                 ending = exc
                 break
             head.append(data)
-            framer.feed(data)
+            try:
+                framer.feed(data)
+            except EventTooLarge:
+                break
     finally:
         aborted.cancel()
-    return _Prefetched(upstream, rest, b"".join(head), ending)
+    return _Prefetched(upstream, rest, b"".join(head), ending, max_event_bytes)
 
 
 def _with_max_tokens(job: Job, max_tokens: int | None) -> bytes:

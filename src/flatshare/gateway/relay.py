@@ -3,7 +3,8 @@
 Streams pass through whole events at a time (`sse.py`). If the upstream connection breaks, or the stream
 ends without `data: [DONE]`, the client gets an explicit `data: {"error": {...}}` event (type
 `BadGatewayError`, code 502, naming the backend) and then `data: [DONE]`, as vLLM reports its own
-failures mid-stream: never a silent truncation. A break after `[DONE]` was relayed adds nothing (the
+failures mid-stream: never a silent truncation; an event larger than `backend_limits.max_event_bytes`
+ends the stream the same way (and counts as a failure of the backend). A break after `[DONE]` was relayed adds nothing (the
 client's stream is already whole), though the backend's failure is still recorded. The upstream response
 is closed however the relay ends; when the client goes away the proxy cancels the relay, and closing the
 connection makes vLLM abort the request. Non-streaming answers are read whole first, so a failure while reading becomes a clean 502.
@@ -18,7 +19,7 @@ from starlette.types import Send
 from flatshare.gateway.backends import BackendState
 from flatshare.gateway.errors import GatewayError
 from flatshare.gateway.routing import RoutingDecision
-from flatshare.gateway.sse import DONE, EventFramer
+from flatshare.gateway.sse import DONE, EventFramer, EventTooLarge
 from flatshare.gateway.telemetry import GatewayMetrics
 from flatshare.gateway.upstream import UpstreamError, UpstreamResponse
 
@@ -74,7 +75,7 @@ async def send_stream(
 ) -> None:
     """Relay a 200 event stream (module docstring); the upstream is closed however it ends (cancelled
     included: the proxy cancels the relay when the client goes away)."""
-    framer, timed = EventFramer(), False
+    framer, timed = EventFramer(state.limits.max_event_bytes), False
     try:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         try:
@@ -93,6 +94,9 @@ async def send_stream(
             # client's stream whole: an error event and a second `[DONE]` after it would be a corrupt one.
             rest = b""
             failure = None if framer.done else f"backend {state.name} failed mid-stream: {exc}"
+        except EventTooLarge as exc:
+            state.record_failure(f"proxy: {exc}")
+            rest, failure = b"", f"backend {state.name} sent a malformed stream: {exc}"
         if failure is not None:
             metrics.error("upstream_midstream")
             rest += GatewayError(502, failure, "upstream_midstream", "BadGatewayError").sse_event() + DONE

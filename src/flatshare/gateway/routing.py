@@ -67,6 +67,8 @@ class BackendSnapshot:
     stale: bool = True
     healthy: bool = True
     kv_capacity_tokens: int | None = None
+    degraded: bool = False
+    """It missed the gateway's first-byte timeout lately (`gateway.backends`); routed to only as a last resort."""
 
     @property
     def pressure(self) -> float:

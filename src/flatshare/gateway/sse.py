@@ -1,36 +1,41 @@
 """Server-sent events passing through the gateway, whole events at a time.
 
 Upstream bytes arrive in arbitrary pieces; `EventFramer` hands on only complete events (up to the last
-blank line, `\\n\\n`, which is how vLLM frames them) and keeps the rest, so if the upstream connection
-breaks mid-event the client never sees half an event followed by the gateway's error event. It also
-notes the first event that carries a token (for the first-token histogram) and whether the stream
-ended with `data: [DONE]` (a stream that ends without it was cut short).
+blank line, by the spec's framing: lines end with CRLF, LF or CR, so `\\r\\n\\r\\n` ends an event as
+`\\n\\n` does; `flatshare.protocol.sse.EventScanner`) and keeps the rest, so if the upstream connection
+breaks mid-event the client never sees half an event followed by the gateway's error event. An event
+that grows past `max_event_bytes` without ending raises `EventTooLarge` (the relay ends the stream with
+an error event): a backend that never sends a blank line costs bounded memory, and each byte is
+scanned once. The framer also notes the first event that carries a token (for the first-token
+histogram) and whether the stream ended with `data: [DONE]` (a stream that ends without it was cut short).
 
-This is not `flatshare.protocol.sse` (the client-side reader that counts tokens) on purpose: the gateway
-relays upstream bytes unchanged and cuts them only at event ends, so it works on bytes and never
-re-encodes an event; it only peeks at events for its first-token histogram.
+This is not `flatshare.protocol.sse.StreamReader` (the client-side reader that counts tokens) on
+purpose: the gateway relays upstream bytes unchanged and cuts them only at event ends, so it works on
+bytes and never re-encodes an event; it only peeks at events for its first-token histogram.
 """
 
 from __future__ import annotations
 
 import json
 
-from flatshare.protocol.sse import DONE_EVENT
+from flatshare.protocol.sse import DONE_EVENT, MAX_EVENT_BYTES, EventScanner, EventTooLarge, event_data
+
+__all__ = ["DONE", "EventFramer", "EventTooLarge", "carries_token", "token_events"]
 
 DONE = DONE_EVENT
-_SEPARATOR = b"\n\n"
+_DONE_DATA = b"[DONE]"
 
 
-def carries_token(event: bytes) -> bool:
-    """Whether one event (`data: {...}`) has generated output: text, a delta with content, or a finish."""
-    if not event.startswith(b"data: ") or event.startswith(b"data: [DONE]"):
+def carries_token(data: bytes) -> bool:
+    """Whether one event's data (`{...}`) has generated output: text, a delta with content, or a finish."""
+    if not data.startswith(b"{"):
         return False
     try:
-        chunk = json.loads(event[6:])
-    except ValueError:
+        chunk = json.loads(data)
+    except (ValueError, RecursionError):
         return False
     choices = chunk.get("choices") if isinstance(chunk, dict) else None
-    for choice in choices or ():
+    for choice in choices if isinstance(choices, list) else ():
         if not isinstance(choice, dict):
             continue
         delta = choice.get("delta")
@@ -41,34 +46,36 @@ def carries_token(event: bytes) -> bool:
     return False
 
 
+def token_events(events: bytes) -> int:
+    """How many of the whole `events` carry a token (`carries_token`)."""
+    return sum(carries_token(data) for data in event_data(events))
+
+
 class EventFramer:
     """Cuts a byte stream into whole events (module docstring)."""
 
-    def __init__(self) -> None:
-        self._pending = b""
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self._scanner = EventScanner(max_event_bytes)
         self.first_token = False
         self.done = False
 
     def feed(self, chunk: bytes) -> bytes:
-        """The complete events now available (possibly b""); returns True-ish data only at event ends."""
-        data = self._pending + chunk if self._pending else chunk
-        cut = data.rfind(_SEPARATOR)
-        if cut < 0:
-            self._pending = data
-            return b""
-        cut += len(_SEPARATOR)
-        ready, self._pending = data[:cut], data[cut:]
-        self._inspect(ready)
+        """The complete events now available (possibly b""); `EventTooLarge` past the bound."""
+        ready = self._scanner.feed(chunk)
+        if ready:
+            self._inspect(ready)
         return ready
 
     def flush(self) -> bytes:
         """Whatever is left when the upstream ended cleanly (an unterminated last event)."""
-        rest, self._pending = self._pending, b""
+        rest = self._scanner.flush()
         if rest.strip():
-            self._inspect(rest + _SEPARATOR)
+            self._inspect(rest)
         return rest
 
     def _inspect(self, ready: bytes) -> None:
-        self.done = ready.rstrip().endswith(DONE.rstrip())
+        payloads = event_data(ready)
+        if payloads:
+            self.done = payloads[-1] == _DONE_DATA
         if not self.first_token:
-            self.first_token = any(carries_token(event.strip()) for event in ready.split(_SEPARATOR))
+            self.first_token = any(carries_token(data) for data in payloads)

@@ -20,7 +20,8 @@ With a baseline on (`baseline`, docs/baselines-gateway.md), read from its gate a
 Read from the backend states at scrape time: `flatshare_gateway_backend_kv_usage{backend}`,
 `flatshare_gateway_backend_scrape_age_seconds{backend}`, `flatshare_gateway_backend_healthy{backend}`,
 `flatshare_gateway_backend_stale{backend}`, `flatshare_gateway_backend_requests_running{backend}`,
-`flatshare_gateway_backend_requests_waiting{backend}`.
+`flatshare_gateway_backend_requests_waiting{backend}`, `flatshare_gateway_backend_degraded{backend}`
+(1 while routing avoids it for missing the first-byte timeout).
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ class BackendCollector(Collector):
             "stale": ("1 while the backend's readings are too old to trust.", lambda s: float(s.stale)),
             "requests_running": ("Requests running on the backend.", lambda s: s.running),
             "requests_waiting": ("Requests waiting on the backend.", lambda s: s.waiting),
+            "degraded": (
+                "1 while the backend gets requests only as a last resort (it missed the first-byte timeout).",
+                lambda s: float(s.degraded),
+            ),
         }
         for suffix, (doc, read) in rows.items():
             family = GaugeMetricFamily(f"flatshare_gateway_backend_{suffix}", doc, labels=["backend"])

@@ -18,7 +18,10 @@ that could not be opened) for every transport failure, before or during the resp
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import json
+import math
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Protocol
 
@@ -37,6 +40,23 @@ class UpstreamError(Exception):
         self.refused = refused
 
 
+class AnswerTooLarge(ValueError):
+    """A `fetch` answer longer than its `max_bytes` (a misbehaving backend; the read stopped there)."""
+
+
+def declares_more(content_length: str | None, max_bytes: float) -> bool:
+    """Whether a `Content-Length` header (ASCII digits, else ignored) declares more than `max_bytes`."""
+    text = content_length or ""
+    if not (text.isascii() and text.isdigit()):
+        return False
+    return len(text) > 18 or int(text) > max_bytes
+
+
+class FirstByteTimeout(UpstreamError):
+    """No response head within the `head_timeout_s` a `post` was given (the backend took the request and
+    hangs on it); the connection is closed, so the backend may abort the request."""
+
+
 class UpstreamResponse(Protocol):
     status: int
     headers: list[tuple[str, str]]
@@ -49,15 +69,21 @@ class UpstreamResponse(Protocol):
 
 
 class Upstream(Protocol):
-    """`post` streams a proxied request's answer; `fetch` reads a small one whole (polls, /tokenize)."""
+    """`post` streams a proxied request's answer (`FirstByteTimeout` when its head takes longer than
+    `head_timeout_s`, if given); `fetch` reads a small one whole (polls, /tokenize), `AnswerTooLarge`
+    past `max_bytes` (if given; the rest is not read)."""
 
     name: str
 
     async def start(self) -> None: ...
 
-    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> UpstreamResponse: ...
+    async def post(
+        self, url: str, body: bytes, headers: dict[str, str], head_timeout_s: float | None = None
+    ) -> UpstreamResponse: ...
 
-    async def fetch(self, url: str, timeout_s: float, json_body: object = None) -> tuple[int, bytes]: ...
+    async def fetch(
+        self, url: str, timeout_s: float, json_body: object = None, max_bytes: int | None = None
+    ) -> tuple[int, bytes]: ...
 
     async def close(self) -> None: ...
 
@@ -131,22 +157,38 @@ class HttpxUpstream:
     async def start(self) -> None:
         return None
 
-    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> UpstreamResponse:
+    async def post(
+        self, url: str, body: bytes, headers: dict[str, str], head_timeout_s: float | None = None
+    ) -> UpstreamResponse:
         request = self._client.build_request("POST", url, content=body, headers=headers)
         try:
-            return _HttpxResponse(await self._client.send(request, stream=True))
+            async with asyncio.timeout(head_timeout_s):
+                return _HttpxResponse(await self._client.send(request, stream=True))
+        except TimeoutError as exc:
+            raise FirstByteTimeout(f"no response head from the backend within {head_timeout_s} s") from exc
         except httpx.HTTPError as exc:
             raise UpstreamError(repr(exc), refused=isinstance(exc, httpx.ConnectError)) from exc
 
-    async def fetch(self, url: str, timeout_s: float, json_body: object = None) -> tuple[int, bytes]:
+    async def fetch(
+        self, url: str, timeout_s: float, json_body: object = None, max_bytes: int | None = None
+    ) -> tuple[int, bytes]:
+        method, content = ("GET", None) if json_body is None else ("POST", json.dumps(json_body).encode())
+        headers = {} if content is None else {"content-type": "application/json"}
         try:
-            if json_body is None:
-                response = await self._client.get(url, timeout=timeout_s)
-            else:
-                response = await self._client.post(url, json=json_body, timeout=timeout_s)
+            async with self._client.stream(
+                method, url, content=content, headers=headers, timeout=timeout_s
+            ) as r:
+                limit = max_bytes if max_bytes is not None else math.inf
+                if declares_more(r.headers.get("content-length"), limit):
+                    raise AnswerTooLarge(f"{url}: the answer declares more than {max_bytes} bytes")
+                body = bytearray()
+                async for chunk in r.aiter_bytes():
+                    body += chunk
+                    if len(body) > limit:
+                        raise AnswerTooLarge(f"{url}: the answer is longer than {max_bytes} bytes")
+                return r.status_code, bytes(body)
         except httpx.HTTPError as exc:
             raise UpstreamError(repr(exc), refused=isinstance(exc, httpx.ConnectError)) from exc
-        return response.status_code, response.content
 
     async def close(self) -> None:
         await self._client.aclose()

@@ -26,10 +26,20 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from flatshare.gateway.upstream import UpstreamError, UpstreamResponse
+from flatshare.gateway.upstream import (
+    AnswerTooLarge,
+    FirstByteTimeout,
+    UpstreamError,
+    UpstreamResponse,
+    declares_more,
+)
 
 HIGH_WATER = 1 << 20
 MAX_IDLE_PER_BACKEND = 256
+
+
+class ResponseHeadTimeout(UpstreamError):
+    """No response head within the wait `_exchange` was given."""
 
 
 @lru_cache(maxsize=1024)
@@ -170,6 +180,20 @@ class _NativeResponse:
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.chunks()])
 
+    async def read_at_most(self, max_bytes: int | None, url: str) -> bytes:
+        """The whole body; `AnswerTooLarge` once it passes `max_bytes` (None: no bound)."""
+        if max_bytes is None:
+            return await self.read()
+        declared = dict((k.lower(), v) for k, v in self.headers).get("content-length")
+        if declares_more(declared, max_bytes):
+            raise AnswerTooLarge(f"{url}: the answer declares more than {max_bytes} bytes")
+        body = bytearray()
+        async for chunk in self.chunks():
+            body += chunk
+            if len(body) > max_bytes:
+                raise AnswerTooLarge(f"{url}: the answer is longer than {max_bytes} bytes")
+        return bytes(body)
+
     async def close(self) -> None:
         if self._released:
             return
@@ -210,10 +234,19 @@ class NativeUpstream:
     async def start(self) -> None:
         return None
 
-    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> UpstreamResponse:
-        return await self._send("POST", url, body, headers, self.read_timeout_s)
+    async def post(
+        self, url: str, body: bytes, headers: dict[str, str], head_timeout_s: float | None = None
+    ) -> UpstreamResponse:
+        if head_timeout_s is None or head_timeout_s >= self.read_timeout_s:
+            return await self._send("POST", url, body, headers, self.read_timeout_s)
+        try:
+            return await self._send("POST", url, body, headers, head_timeout_s)
+        except ResponseHeadTimeout as exc:
+            raise FirstByteTimeout(str(exc)) from exc
 
-    async def fetch(self, url: str, timeout_s: float, json_body: object = None) -> tuple[int, bytes]:
+    async def fetch(
+        self, url: str, timeout_s: float, json_body: object = None, max_bytes: int | None = None
+    ) -> tuple[int, bytes]:
         if json_body is None:
             response = await self._send("GET", url, None, {}, timeout_s)
         else:
@@ -221,7 +254,7 @@ class NativeUpstream:
             response = await self._send("POST", url, body, {"content-type": "application/json"}, timeout_s)
         try:
             async with asyncio.timeout(timeout_s):
-                return response.status, await response.read()
+                return response.status, await response.read_at_most(max_bytes, url)
         except TimeoutError as exc:
             raise UpstreamError(f"{url}: no full answer within {timeout_s} s") from exc
         finally:
@@ -255,7 +288,7 @@ class NativeUpstream:
                     await conn.head
             except TimeoutError as exc:
                 conn.close()
-                raise UpstreamError(f"no response head from the backend within {timeout_s} s") from exc
+                raise ResponseHeadTimeout(f"no response head from the backend within {timeout_s} s") from exc
             except UpstreamError:
                 conn.close()
                 if reused and not conn.got_bytes:

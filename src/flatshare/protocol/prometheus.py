@@ -55,12 +55,18 @@ class MetricsPage:
     def parse(cls, text: str, families: Iterable[str] | None = None) -> MetricsPage:
         """Parse `text` (only the lines of `families` when given; see the module docstring).
 
-        Raises ValueError when a parsed line is not Prometheus text."""
+        Raises ValueError when a parsed line is not Prometheus text, or holds an integer too large for a
+        float (the parser reads `999...` as an int; `float` of it raises OverflowError). Values may be
+        `inf` or `nan` (Prometheus text allows them): a caller that needs finite numbers checks."""
         page = text if families is None else select_lines(text, families)
         samples: dict[str, list[tuple[dict[str, str], float]]] = {}
         for family in text_string_to_metric_families(page):
             for sample in family.samples:
-                samples.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+                try:
+                    value = float(sample.value)
+                except OverflowError as exc:
+                    raise ValueError(f"{sample.name}: a value too large for a float") from exc
+                samples.setdefault(sample.name, []).append((dict(sample.labels), value))
         return cls(samples)
 
     def values(self, name: str) -> list[float]:
