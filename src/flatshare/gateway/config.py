@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from flatshare.gateway.baselines import make_settings
+from flatshare.gateway.connections import ClientLimits
 from flatshare.gateway.discovery import DiscoveryConfig
 from flatshare.gateway.policies import check_routing_names
 from flatshare.gateway.routing import Thresholds
@@ -152,6 +153,9 @@ class GatewayConfig:
     """With tenants: let anyone read /metrics (a Prometheus scrape without a token; access.py)."""
     expose_status: bool = False
     """With tenants: let anyone read /metrics, /gateway/backends and GET /gateway/routing (access.py)."""
+    # -- client-facing limits (connections.py; docs/gateway.md, "Security model") --
+    clients: ClientLimits = field(default_factory=ClientLimits)
+    """Header size and time, body time, keep-alive, connections per address, sessions, answer size."""
 
     def __post_init__(self) -> None:
         if not self.backends and not self.discover:
