@@ -9,11 +9,14 @@ import contextlib
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 from gatewaykit import gateway_config, running_gateway, scrape
 
+from flatshare.errors import InputError
+from flatshare.gateway.configfile import load_config
 from flatshare.gateway.connections import ClientLimits
 from kit.fake_vllm import FakeState, fake_backend_app
 from kit.net import ThreadServer
@@ -56,6 +59,23 @@ def test_a_huge_request_head_gets_431(backend: tuple[FakeState, str]) -> None:
                 data, _ = _answer(sock, 10)
             assert data.startswith(b"HTTP/1.1 431 "), (size, data[:100])
         assert httpx.get(f"{gw}/health", headers={"x-ok": "a" * 8000}, timeout=5).status_code == 200
+
+
+def test_a_body_sent_after_its_answer_is_dropped_and_the_connection_serves_on(
+    backend: tuple[FakeState, str],
+) -> None:
+    """A route that answers without reading the body (GET /health with one): the late body is dropped,
+    not read as the next head, and the next request on the connection is served."""
+    _, url = backend
+    config = gateway_config([url], clients=ClientLimits(max_header_bytes=2048))
+    with running_gateway(config) as (_, gw), _connect(gw) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\ncontent-length: 5000\r\n\r\n")
+        first = sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200 "), first[:100]
+        sock.sendall(b"a" * 5000)  # more than a head may be: still no 431
+        sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        second, _ = _answer(sock, 5)
+        assert second.startswith(b"HTTP/1.1 200 "), second[:100]
 
 
 def test_a_silent_connection_is_closed(backend: tuple[FakeState, str]) -> None:
@@ -164,3 +184,21 @@ def test_the_redirect_does_not_reflect_the_host_header(backend: tuple[FakeState,
         assert answer.status_code == 307 and answer.headers["location"] == "/v1/models?x=1"
         assert httpx.get(f"{gw}/v1/models/", follow_redirects=True, timeout=5).status_code == 200
         assert httpx.get(f"{gw}/nothing/", timeout=5).status_code == 404
+
+
+def test_the_clients_table_is_read_and_checked(tmp_path: Path) -> None:
+    good = tmp_path / "gw.toml"
+    good.write_text(
+        '[[backends]]\nurl = "http://127.0.0.1:9"\n\n[clients]\nheader_timeout_s = 2.5\nmax_sessions = 10\n'
+    )
+    clients = load_config(good).clients
+    assert (clients.header_timeout_s, clients.max_sessions, clients.max_header_bytes) == (2.5, 10, 65536)
+    for bad, named in (
+        ("header_timeout_s = 0", "clients.header_timeout_s must be > 0"),
+        ("max_header_bytes = 100", "clients.max_header_bytes must be >= 1024"),
+        ("max_connections_per_address = -1", "clients.max_connections_per_address must be >= 0"),
+        ("slowloris = 1", "unknown key slowloris in clients"),
+    ):
+        good.write_text(f'[[backends]]\nurl = "http://127.0.0.1:9"\n\n[clients]\n{bad}\n')
+        with pytest.raises(InputError, match=named):
+            load_config(good)

@@ -99,6 +99,7 @@ def guarded_protocol(limits: ClientLimits) -> type[asyncio.Protocol]:
         _address: str | None = None
         _head_timer: asyncio.TimerHandle | None = None
         _head_bytes = 0
+        _draining = False  # the rest of an answered request's body comes first (the header timeout runs)
         _tail = b""  # the last bytes of the head so far (its end may straddle two reads)
         _waiting_after: object = None  # the cycle that was current when the wait for a head began
 
@@ -125,8 +126,14 @@ def guarded_protocol(limits: ClientLimits) -> type[asyncio.Protocol]:
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
-            if self._head_timer is None:  # not waiting for a head: a body, or a response under way
+            if self._head_timer is None:  # a request under way: its body, not a head
                 super().data_received(data)
+                return
+            if self._draining:  # the rest of an answered request's body, before the next head
+                super().data_received(data)
+                if self.cycle is not self._waiting_after:
+                    self._stop_head_timer()  # the next request's head came with the body's end
+                self._draining = self.cycle.more_body
                 return
             if self._head_bytes + _head_part(self._tail, data) > limits.max_header_bytes:
                 self._refuse(
@@ -147,14 +154,12 @@ def guarded_protocol(limits: ClientLimits) -> type[asyncio.Protocol]:
             cycle = self.cycle
             if self.transport.is_closing() or cycle is None or not cycle.response_complete:
                 return  # closed, or a pipelined request's head is already here
-            if cycle.more_body:  # answered before its body was read: no one will read the rest
-                self.transport.close()
-                return
             self._await_head()
+            self._draining = bool(cycle.more_body)  # answered before its body came whole: it is dropped
 
         def _await_head(self) -> None:
             self._stop_head_timer()
-            self._head_bytes, self._tail = 0, b""
+            self._head_bytes, self._tail, self._draining = 0, b"", False
             self._waiting_after = self.cycle
             self._head_timer = self.loop.call_later(limits.header_timeout_s, self._head_timed_out)
 
