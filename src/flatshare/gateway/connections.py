@@ -31,6 +31,8 @@ from typing import Any
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 log = logging.getLogger("flatshare.gateway")
+LINGER_S = 1.0
+"""How long a refused connection is read (and dropped) after its answer, before it is closed."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ def guarded_protocol(limits: ClientLimits) -> type[asyncio.Protocol]:
         _address: str | None = None
         _head_timer: asyncio.TimerHandle | None = None
         _head_bytes = 0
+        _discarding = False
         _draining = False  # the rest of an answered request's body comes first (the header timeout runs)
         _tail = b""  # the last bytes of the head so far (its end may straddle two reads)
         _waiting_after: object = None  # the cycle that was current when the wait for a head began
@@ -126,6 +129,8 @@ def guarded_protocol(limits: ClientLimits) -> type[asyncio.Protocol]:
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
+            if self._discarding:  # refused: what still comes is dropped until the close
+                return
             if self._head_timer is None:  # a request under way: its body, not a head
                 super().data_received(data)
                 return
@@ -179,9 +184,15 @@ def guarded_protocol(limits: ClientLimits) -> type[asyncio.Protocol]:
                 self.transport.close()
 
         def _refuse(self, status: int, reason: str, message: str) -> None:
+            """Answer and close, lingering a moment (reading and dropping what still comes) so that the
+            client reads the answer before the close resets the connection."""
             self._stop_head_timer()
-            if not self.transport.is_closing():
-                self.transport.write(_answer(status, reason, message))
-                self.transport.close()
+            if self.transport.is_closing() or self._discarding:
+                return
+            self._discarding = True
+            self.transport.write(_answer(status, reason, message))
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self.loop.call_later(LINGER_S, self.transport.close)
 
     return GuardedProtocol
