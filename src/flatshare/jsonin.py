@@ -87,17 +87,33 @@ def _may_breach_limits(raw: bytes) -> bool:
     return _LONG_DIGITS in shape or b"e000" in shape or b"e+000" in shape
 
 
-def loads(text: str | bytes, where: str) -> Any:
-    """Decode one JSON document within the module's limits; InputError naming `where` otherwise."""
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise _Refused(f"the key {json.dumps(twice)[:80]} appears more than once in an object")
+    return value
+
+
+def loads(text: str | bytes, where: str, unique_keys: bool = False) -> Any:
+    """Decode one JSON document within the module's limits; InputError naming `where` otherwise. With
+    `unique_keys`, an object naming a key twice is refused too (JSON leaves which one counts to the reader:
+    Python keeps the last, other readers the first)."""
     if isinstance(text, bytes):
         raw, text = text, decode_utf8(text, where)
     else:
         raw = text.encode("utf-8", "surrogatepass")
+    pairs = _unique_keys if unique_keys else None
     try:
         if not _may_breach_limits(raw):
-            return json.loads(text)
+            return json.loads(text, object_pairs_hook=pairs)
         value = json.loads(
-            text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant
+            text,
+            parse_int=_parse_int,
+            parse_float=_parse_float,
+            parse_constant=_parse_constant,
+            object_pairs_hook=pairs,
         )
     except json.JSONDecodeError as exc:
         raise InputError(

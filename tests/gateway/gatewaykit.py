@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from flatshare.gateway.app import Gateway, build_gateway
 from flatshare.gateway.config import BackendConfig, GatewayConfig, PollConfig, TokenConfig
+from flatshare.gateway.connections import server_options
 from kit.net import ThreadServer
 
 # -- the gateway ------------------------------------------------------------------------------------------
@@ -30,7 +31,7 @@ def gateway_config(urls: list[str], **changes: Any) -> GatewayConfig:
 @contextmanager
 def running_gateway(config: GatewayConfig) -> Iterator[tuple[Gateway, str]]:
     gateway = build_gateway(config)
-    with ThreadServer(gateway.app) as server:
+    with ThreadServer(gateway.app, options=server_options(config.clients)) as server:
         yield gateway, server.url
 
 

@@ -13,6 +13,7 @@ Bounded for `make test` (fixed examples, `kit.fuzz`); `FLATSHARE_FUZZ=long` (`ma
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import socket
@@ -40,6 +41,7 @@ from starlette.routing import Route
 
 from flatshare.gateway.app import Gateway, build_gateway
 from flatshare.gateway.config import GatewayConfig, TenantConfig
+from flatshare.gateway.connections import ClientLimits
 from kit.fuzz import fuzz_settings, odd_json
 from kit.net import ThreadServer, wait_for
 
@@ -66,6 +68,7 @@ ROUTES = (
     ("PUT", "/gateway/routing"),
     ("POST", "/gateway/events"),
 )
+MAX_HEAD = 16 * 1024  # the gateway's request head limit here (clients.max_header_bytes)
 AUTHS = (f"Bearer {TENANT_KEY}", f"Bearer {LOW_TENANT_KEY}", f"Bearer {ADMIN_TOKEN}", None, "Bearer sk-wrong")
 
 
@@ -97,6 +100,7 @@ def fuzz_config(urls: list[str], audit_log: Path) -> GatewayConfig:
         backend_api_key=BACKEND_KEY,
         audit_log=str(audit_log),
         max_body_bytes=64 * 1024,
+        clients=ClientLimits(max_header_bytes=MAX_HEAD),
     )
 
 
@@ -340,3 +344,61 @@ def test_lying_content_length(
     wait_for(lambda: fuzzed.responses_counted() - before in (0, 1), 10, "at most one count")
     fuzzed.sent_proxied += int(fuzzed.responses_counted() - before)
     assert fuzzed.logs.tracebacks() == [], fuzzed.logs.lines[-30:]
+
+
+# -- duplicate keys and request heads around the limit (issue 32) -------------------------------------------
+JSON_ROUTES = (*sorted(PROXIED), "/gateway/routing")  # /gateway/events is off here (no baseline): 404
+
+
+@st.composite
+def _duplicated(draw: st.DrawFn) -> bytes:
+    """A request-shaped object in which one object (the top level or a message) names a key twice."""
+    names = st.sampled_from(
+        ["model", "prompt", "priority", "stream", "max_tokens", "kind", "session", "role"]
+    )
+    pairs = draw(st.lists(st.tuples(names, odd_json()), min_size=1, max_size=4))
+    twice = draw(names)
+    pairs += [(twice, draw(odd_json())), (twice, draw(odd_json()))]
+    pairs = draw(st.permutations(pairs))
+    inner = "{" + ",".join(f'"{k}":{v}' for k, v in pairs) + "}"
+    if draw(st.booleans()):
+        return ('{"prompt":"x","messages":[' + inner + "]}").encode()
+    return inner.encode()
+
+
+@fuzz_settings(60)
+@given(path=st.sampled_from(JSON_ROUTES), body=_duplicated())
+def test_duplicate_keys_are_refused(fuzzed: Fuzzed, path: str, body: bytes) -> None:
+    """Any object naming a key twice, anywhere in a JSON body the gateway reads, is a 400 (a body that
+    is not valid JSON for another reason may be refused for that first); it never reaches a backend."""
+    method = "PUT" if path == "/gateway/routing" else "POST"
+    auth = f"Bearer {TENANT_KEY}" if path in PROXIED else f"Bearer {ADMIN_TOKEN}"
+    response = fuzzed.client.request(method, path, content=body, headers={"authorization": auth})
+    fuzzed.check(method, path, response.status_code, response.headers, response.content)
+    assert response.status_code == 400, (path, body[:200], response.text[:200])
+
+
+@fuzz_settings(40)
+@given(
+    total=st.one_of(st.integers(0, 4 * MAX_HEAD), st.integers(MAX_HEAD - 200, MAX_HEAD + 200)),
+    count=st.integers(1, 12),
+    pieces=st.integers(1, 4),
+)
+def test_request_heads_around_the_limit(fuzzed: Fuzzed, total: int, count: int, pieces: int) -> None:
+    """A head over `clients.max_header_bytes` gets 431 whether it comes in one write or several; one
+    within it is served (raw sockets, anonymous `GET /health`)."""
+    head = b"GET /health HTTP/1.1\r\nhost: fuzz\r\nconnection: close\r\n"
+    head += b"".join(b"x-pad-%d: %s\r\n" % (i, b"a" * (total // count)) for i in range(count)) + b"\r\n"
+    port = int(fuzzed.url.rsplit(":", 1)[1])
+    answer = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        step = -(-len(head) // pieces)
+        with contextlib.suppress(ConnectionError):  # refused before all of it was sent
+            for start in range(0, len(head), step):
+                sock.sendall(head[start : start + step])
+        with contextlib.suppress(ConnectionError):  # closed with the rest unread: a reset after the answer
+            while chunk := sock.recv(65536):
+                answer += chunk
+    status = int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else None
+    fuzzed.check("GET", "/health", status, {}, answer)
+    assert status == (431 if len(head) > MAX_HEAD else 200), (len(head), answer[:200])

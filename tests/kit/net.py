@@ -24,7 +24,8 @@ from flatshare.testing.vllm_server import free_port as free_port
 class ThreadServer:
     """Serve an ASGI app on 127.0.0.1 in a daemon thread (uvicorn, lifespan on), on a socket bound
     before the thread starts (no window for another process to take the port). A context manager;
-    `stop()` may also be called earlier (it waits at most `graceful_s + 5` s on open streams)."""
+    `stop()` may also be called earlier (it waits at most `graceful_s + 5` s on open streams). `options`:
+    more `uvicorn.Config` settings (a gateway's `server_options`)."""
 
     def __init__(
         self,
@@ -33,6 +34,7 @@ class ThreadServer:
         keep_alive_s: int = 5,
         log_level: str = "warning",
         startup_timeout_s: float = 30.0,
+        options: dict[str, Any] | None = None,
     ) -> None:
         self.socket = socket.socket()
         self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -46,7 +48,7 @@ class ThreadServer:
             log_level=log_level,
             lifespan="on",
             timeout_graceful_shutdown=graceful_s,
-            timeout_keep_alive=keep_alive_s,
+            **({"timeout_keep_alive": keep_alive_s} | (options or {})),
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)

@@ -27,6 +27,8 @@ from flatshare.gateway.telemetry import GatewayMetrics
 ROUTING_KIND = "routing"
 ADMIN_BODY_LIMIT = 64 * 1024
 """The most an admin route reads of a body (its bodies are a few keys)."""
+ADMIN_BODY_TIMEOUT_S = 10.0
+"""The longest an admin route waits for its whole body."""
 
 
 def routing_json(config: RoutingConfig, admin: bool) -> dict[str, Any]:
@@ -77,7 +79,7 @@ class RoutingRoutes:
             )
         if not authorized(request.headers.get("authorization"), self.token):
             raise unauthorized("PUT /gateway/routing needs Authorization: Bearer <admin_token>")
-        raw = await read_body(request, ADMIN_BODY_LIMIT)
+        raw = await read_body(request, ADMIN_BODY_LIMIT, ADMIN_BODY_TIMEOUT_S)
         body = read_json(raw, "PUT /gateway/routing") if raw.strip() else {}
         before = self.switch.current.config
         try:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -33,6 +33,7 @@ from flatshare.gateway.admin import RoutingRoutes
 from flatshare.gateway.audit import AuditLog, backend_fields
 from flatshare.gateway.backends import BackendPool
 from flatshare.gateway.baselines import make_gate
+from flatshare.gateway.baselines.sessions import SessionLimits
 from flatshare.gateway.config import GatewayConfig
 from flatshare.gateway.events import EventRoute
 from flatshare.gateway.gating import GateKeeper
@@ -106,6 +107,7 @@ def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monot
         else None
     )
     if keeper is not None:
+        keeper.gate.limit_sessions(SessionLimits(config.clients.session_ttl_s, config.clients.max_sessions))
         metrics.watch_baseline(keeper.name, lambda: keeper.gate.counters, keeper.held)
     tenants = Tenants(config)
     access = Access(config, tenants, metrics)
@@ -180,6 +182,7 @@ def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monot
             audit.close()
 
     routing = RoutingRoutes(switch, config.admin_token, audit, metrics)
+    tenant_names = tuple(t.name for t in config.tenants)
     proxies = {
         "/v1/completions": Proxy(parts, False, sequence),
         "/v1/chat/completions": Proxy(parts, True, sequence),
@@ -192,19 +195,28 @@ def build_gateway(config: GatewayConfig, clock: Callable[[], float] = time.monot
         Route("/gateway/backends", access.guard(Reader.STATUS, backends), methods=["GET"]),
         Route("/gateway/routing", access.guard(Reader.STATUS, routing.get), methods=["GET"]),
         Route("/gateway/routing", routing.put, methods=["PUT"]),
-        Route("/gateway/events", EventRoute(keeper, config.admin_token, metrics).post, methods=["POST"]),
+        Route(
+            "/gateway/events",
+            EventRoute(keeper, config.admin_token, metrics, tenant_names).post,
+            methods=["POST"],
+        ),
     ]
-    app = FastPaths(proxies, Starlette(routes=routes, lifespan=lifespan))
+    fallback = Starlette(routes=routes, lifespan=lifespan)
+    fallback.router.redirect_slashes = False  # its redirect's Location repeats the client's Host header
+    app = FastPaths(proxies, fallback, frozenset(route.path for route in routes))
     return Gateway(app, config, pool, metrics, audit, switch, keeper)
 
 
 class FastPaths:
     """Sends `POST` to the proxied paths straight to their handler (no Starlette router and middleware
-    on the hot path), and everything else (other routes, lifespan) to the Starlette app."""
+    on the hot path), and everything else (other routes, lifespan) to the Starlette app. A known path
+    with a trailing slash (`/v1/models/`) is redirected (307) to the path without it by a relative
+    `Location`: nothing a client sends (its `Host` header) is reflected in the answer."""
 
-    def __init__(self, paths: Mapping[str, ASGIApp], fallback: Starlette) -> None:
+    def __init__(self, paths: Mapping[str, ASGIApp], fallback: Starlette, known: frozenset[str]) -> None:
         self.paths = paths
         self.fallback = fallback
+        self.known = known
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -212,6 +224,12 @@ class FastPaths:
             if handler is not None:
                 await handler(scope, receive, send)
                 return
+        bare = _without_slash(scope["path"]) if scope["type"] == "http" else None
+        if bare is not None and bare in self.known:
+            query = scope.get("query_string", b"").decode("latin-1")
+            location = bare + (f"?{query}" if query else "")
+            await RedirectResponse(location, status_code=307)(scope, receive, send)
+            return
         try:
             await self.fallback(scope, receive, send)
         except ClientGone:
@@ -220,6 +238,11 @@ class FastPaths:
             if scope["type"] != "http":
                 raise
             log.error("internal error on %s: %s: %s", scope.get("path"), type(exc).__name__, exc)
+
+
+def _without_slash(path: str) -> str | None:
+    """`path` without its trailing slash; None when it has none (or is `/`)."""
+    return path[:-1] if len(path) > 1 and path.endswith("/") else None
 
 
 async def _flush_every(audit: AuditLog, period_s: float) -> None:

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from flatshare.gateway.backendlimits import BackendLimits
 from flatshare.gateway.baselines import make_settings
+from flatshare.gateway.connections import ClientLimits
 from flatshare.gateway.discovery import DiscoveryConfig
 from flatshare.gateway.policies import check_routing_names
 from flatshare.gateway.routing import Thresholds
@@ -156,6 +157,9 @@ class GatewayConfig:
     # -- what a backend may send (issue 32, the backend-facing side) --
     backend_limits: BackendLimits = field(default_factory=BackendLimits)
     """Bounds on backends' answers and silence: page and event sizes, the first-byte timeout (backendlimits.py)."""
+    # -- client-facing limits (connections.py; docs/gateway.md, "Security model") --
+    clients: ClientLimits = field(default_factory=ClientLimits)
+    """Header size and time, body time, keep-alive, connections per address, sessions, answer size."""
 
     def __post_init__(self) -> None:
         if not self.backends and not self.discover:

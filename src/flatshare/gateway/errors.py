@@ -26,6 +26,9 @@ ERROR_KINDS = (
     "tokenize",
     "shutdown",
     "internal",
+    # client-facing limits (connections.py)
+    "body_timeout",
+    "response_too_large",
 )
 
 

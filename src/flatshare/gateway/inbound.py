@@ -1,17 +1,21 @@
 """Reading and checking a client's request before anything is sent upstream.
 
 Refused here, each with a 4xx OpenAI-style error naming the problem: a body over `max_body_bytes` (413,
-checked against Content-Length first, then while reading); a body that is not UTF-8 JSON, not a JSON
-object, or outside `flatshare.jsonin`'s limits (nested more than 64 deep, an integer of more than 20
-digits, NaN, Infinity or a number out of range) (400); a string holding a lone surrogate (`"\\ud800"`:
-valid JSON, but no UTF-8 text can carry it, so no backend could read it) (400); `model` or `stream` of
-the wrong type (400); a completion without `prompt` or a chat without a non-empty `messages` list (400).
+checked against Content-Length first, then while reading); a body not whole within
+`clients.body_timeout_s` (408); a body that is not UTF-8 JSON, not a JSON object, or outside
+`flatshare.jsonin`'s limits (nested more than 64 deep, an integer of more than 20 digits, NaN, Infinity
+or a number out of range) (400); an object naming a key twice (`"priority": -100, "priority": 50`: the
+gateway checks the last value, and a backend that keeps the first would run the other) (400); a string
+holding a lone surrogate (`"\\ud800"`: valid JSON, but no UTF-8 text can carry it, so no backend could
+read it) (400); `model` or `stream` of the wrong type (400); a completion without `prompt` or a chat
+without a non-empty `messages` list (400).
 Everything else is the backend's to judge (vLLM's own 400s pass through unchanged). A client that goes
 away while sending its body raises `ClientGone`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -46,21 +50,28 @@ def _too_large(limit: int) -> GatewayError:
     )
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The whole body, refusing more than `limit` bytes without reading past it."""
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The whole body, refusing more than `limit` bytes without reading past it, and a body that has not
+    arrived whole within `timeout_s` seconds (408: a client sending a byte now and then cannot hold a
+    connection and its buffer)."""
     declared = request.headers.get("content-length")
     if (ascii_count(declared, limit) or 0) > limit:
         raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(limit)
-            chunks.append(chunk)
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit)
+                chunks.append(chunk)
     except ClientDisconnect as exc:
         raise ClientGone() from exc
+    except TimeoutError:
+        raise GatewayError(
+            408, f"the request body did not arrive within {timeout_s:g} s", "body_timeout", "RequestTimeout"
+        ) from None
     return b"".join(chunks)
 
 
@@ -92,7 +103,7 @@ def read_json(raw: bytes, what: str) -> Any:
     """`raw` decoded within `jsonin`'s limits and free of lone surrogates; a 400 (`bad_json`) naming
     `what` otherwise. Every JSON body a client sends the gateway is read here."""
     try:
-        value = jsonin.loads(raw, what)
+        value = jsonin.loads(raw, what, unique_keys=True)
     except InputError as exc:
         detail = str(exc).removeprefix(f"{what}: ").removeprefix("not valid JSON (").removesuffix(")")
         raise GatewayError(400, f"{what} is not valid JSON: {detail}", "bad_json") from None

@@ -17,9 +17,9 @@ its backend is chosen, goes out with the `max_tokens` the gate chose, and a stre
 token before anything is relayed, racing the gate's abort signal: an abort first closes the upstream stream
 (vLLM aborts the request) and the request waits in the gate again, to be resubmitted to the same backend;
 the client sees only a later first token. Header `X-Flatshare-Session` names the request's session for
-the gate's events; `X-Flatshare-First-Sentence-Tokens` (a voice client's estimate) lets the gate know
-when a turn's first sentence is out (token events are counted as they are relayed). A retry after a
-failed backend goes out ungated.
+the gate's events (scoped by tenant: `tenants.session_key`); `X-Flatshare-First-Sentence-Tokens` (a
+voice client's estimate) lets the gate know when a turn's first sentence is out (token events are
+counted as they are relayed). A retry after a failed backend goes out ungated.
 """
 
 from __future__ import annotations
@@ -57,7 +57,6 @@ from flatshare.gateway.upstream import FirstByteTimeout, Upstream, UpstreamError
 
 log = logging.getLogger("flatshare.gateway")
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
-SESSION_HEADER = "x-flatshare-session"
 FIRST_SENTENCE_HEADER = "x-flatshare-first-sentence-tokens"
 MAX_FIRST_SENTENCE_TOKENS = 1_000_000  # larger (or not ASCII digits): the header is ignored
 
@@ -156,7 +155,8 @@ class Proxy:
     # -- admission ---------------------------------------------------------------------------------------
     async def _admit(self, request: Request) -> Job:
         parts = self.parts
-        inbound = parse_inbound(await read_body(request, parts.config.max_body_bytes), self.chat)
+        raw = await read_body(request, parts.config.max_body_bytes, parts.config.clients.body_timeout_s)
+        inbound = parse_inbound(raw, self.chat)
         admission = parts.tenants.admit(request.headers, inbound.body.get("priority"))
         known = parts.pool.known_models
         if inbound.model is not None and known and inbound.model not in known:
@@ -176,11 +176,10 @@ class Proxy:
             admission.cls,
             max_tokens if isinstance(max_tokens, int) else None,
         )
-        session = request.headers.get(SESSION_HEADER) or None
         sentence = ascii_count(request.headers.get(FIRST_SENTENCE_HEADER), MAX_FIRST_SENTENCE_TOKENS)
         first_sentence = sentence if sentence and sentence <= MAX_FIRST_SENTENCE_TOKENS else None
         payload = _payload(inbound, admission)
-        return Job(inbound, admission, count, features, payload, session, first_sentence)
+        return Job(inbound, admission, count, features, payload, admission.session, first_sentence)
 
     async def _count(self, inbound: Inbound, sequence: int) -> TokenCount:
         pool = self.parts.pool
@@ -263,7 +262,7 @@ class Proxy:
             cls = job.admission.cls
             await send_stream(upstream, state, headers, parts.metrics, cls, started, parts.clock, send)
             return 200
-        return await send_whole(upstream, state, headers, send)
+        return await send_whole(upstream, state, headers, send, parts.config.clients.max_response_bytes)
 
     async def _gated(
         self, keeper: GateKeeper, job: Job, state: BackendState, decision: RoutingDecision, send: Send

@@ -7,7 +7,8 @@ failures mid-stream: never a silent truncation; an event larger than `backend_li
 ends the stream the same way (and counts as a failure of the backend). A break after `[DONE]` was relayed adds nothing (the
 client's stream is already whole), though the backend's failure is still recorded. The upstream response
 is closed however the relay ends; when the client goes away the proxy cancels the relay, and closing the
-connection makes vLLM abort the request. Non-streaming answers are read whole first, so a failure while reading becomes a clean 502.
+connection makes vLLM abort the request. Non-streaming answers are read whole first (at most `clients.max_response_bytes`), so a failure while
+reading, or an answer too large, becomes a clean 502.
 """
 
 from __future__ import annotations
@@ -43,10 +44,13 @@ def response_headers(upstream: UpstreamResponse, decision: RoutingDecision, requ
     return headers
 
 
-async def send_whole(upstream: UpstreamResponse, state: BackendState, headers: RawHeaders, send: Send) -> int:
-    """A non-streaming answer, read whole then sent; a failure while reading raises a 502."""
+async def send_whole(
+    upstream: UpstreamResponse, state: BackendState, headers: RawHeaders, send: Send, limit: int
+) -> int:
+    """A non-streaming answer, read whole then sent; a failure while reading raises a 502, and so does an
+    answer of more than `limit` bytes (`clients.max_response_bytes`), read no further."""
     try:
-        body = await upstream.read()
+        body = await _read_at_most(upstream, limit, state.name)
     except UpstreamError as exc:
         state.record_failure(f"proxy: {exc}")
         raise GatewayError(
@@ -61,6 +65,22 @@ async def send_whole(upstream: UpstreamResponse, state: BackendState, headers: R
     await send({"type": "http.response.start", "status": upstream.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
     return upstream.status
+
+
+async def _read_at_most(upstream: UpstreamResponse, limit: int, backend: str) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in upstream.chunks():
+        size += len(chunk)
+        if size > limit:
+            raise GatewayError(
+                502,
+                f"backend {backend} answered more than the gateway's limit of {limit} bytes",
+                "response_too_large",
+                "BadGatewayError",
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def send_stream(

@@ -15,6 +15,7 @@ import uvicorn
 from flatshare.errors import InputError
 from flatshare.gateway.app import build_gateway, startup_notes
 from flatshare.gateway.config import GatewayConfig
+from flatshare.gateway.connections import server_options
 
 
 def gateway_main(config: GatewayConfig, log_level: str = "info") -> None:
@@ -32,6 +33,7 @@ def gateway_main(config: GatewayConfig, log_level: str = "info") -> None:
         log_level=log_level,
         access_log=False,
         timeout_graceful_shutdown=max(1, math.ceil(config.drain_timeout_s)),
+        **server_options(config.clients),
     )
     try:
         uvicorn.Server(settings).run(sockets=[sock])

@@ -9,6 +9,11 @@ the audit log records both numbers. No tenant can raise its own priority.
 
 Without tenants the gateway runs open: no key is needed and priorities pass unchanged (it says so at
 start-up).
+
+Names a client chooses are scoped by its tenant, so no tenant can reach another's state by naming it: a
+session (header `X-Flatshare-Session`, at most `MAX_SESSION_CHARS` printable characters, else 400) is
+known to the gateway as `<tenant>/<session>` (`session_key`), and `POST /gateway/events` names the tenant
+whose session it means (`events.py`). Tenant names cannot hold `/`, so two tenants' keys never meet.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from flatshare.gateway.config import GatewayConfig, TenantConfig
 from flatshare.gateway.errors import GatewayError, unauthorized
 
 CLASS_HEADER = "x-flatshare-class"
+SESSION_HEADER = "x-flatshare-session"
+MAX_SESSION_CHARS = 256
 OPEN_TENANT = "open"
 DEFAULT_CLASS = "default"
 
@@ -33,6 +40,8 @@ class Admission:
     cls: str
     requested_priority: int | None
     priority: int
+    session: str | None = None
+    """The request's session, scoped by tenant (`session_key`); None without the header."""
 
     @property
     def clamped(self) -> bool:
@@ -91,4 +100,22 @@ class Tenants:
         priority = requested if requested is not None else 0
         if tenant is not None:
             priority = max(priority, tenant.max_priority)
-        return Admission(tenant.name if tenant else OPEN_TENANT, cls, requested, priority)
+        name = tenant.name if tenant else OPEN_TENANT
+        return Admission(name, cls, requested, priority, _session(name, headers.get(SESSION_HEADER)))
+
+
+def session_key(tenant: str, session: str) -> str:
+    """How the gateway knows `tenant`'s session `session` (module docstring)."""
+    return f"{tenant}/{session}"
+
+
+def _session(tenant: str, given: str | None) -> str | None:
+    if not given:
+        return None
+    if len(given) > MAX_SESSION_CHARS or not given.isprintable():
+        raise GatewayError(
+            400,
+            f"{SESSION_HEADER} must be at most {MAX_SESSION_CHARS} printable characters",
+            "bad_request",
+        )
+    return session_key(tenant, given)

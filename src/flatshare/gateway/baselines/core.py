@@ -34,6 +34,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from flatshare.gateway.baselines.sessions import SessionLimits, SessionMap
+
 HELD, SENT, STREAMING, ABORTING = "held", "sent", "streaming", "aborting"
 EVENT_KINDS = ("caller_speaking", "tool_returned")
 COMMON_COUNTERS = (
@@ -153,9 +155,13 @@ class Gate(ABC):
     def __init__(self, classes: Classes) -> None:
         self.classes = classes
         self.requests: dict[str, Tracked] = {}
-        self.session_backend: dict[str, str] = {}
+        self.session_backend = SessionMap()
         self.counters: dict[str, float] = dict.fromkeys((*COMMON_COUNTERS, *self.COUNTERS), 0)
         self._seq = 0
+
+    def limit_sessions(self, limits: SessionLimits) -> None:
+        """Remember sessions' backends within `limits` (before the first arrival; sessions.py)."""
+        self.session_backend = SessionMap(limits)
 
     # -- what the edge tells the gate ----------------------------------------------------------------
     def arrive(self, request: GateRequest, now: float) -> None:
@@ -165,7 +171,7 @@ class Gate(ABC):
         self._seq += 1
         self.requests[request.id] = tracked
         if request.session_id is not None:
-            self.session_backend[request.session_id] = request.backend
+            self.session_backend.set(request.session_id, request.backend, now)
         self.counters["arrived"] += 1
         self._on_arrive(tracked, now)
 
@@ -207,7 +213,7 @@ class Gate(ABC):
 
     def event(self, event: GateEvent, now: float) -> None:
         self.counters[f"events_{event.kind}"] += 1
-        backend = event.backend or self.session_backend.get(event.session_id)
+        backend = event.backend or self.session_backend.get(event.session_id, now)
         if backend is not None:
             self._on_event(event, backend, now)
 
