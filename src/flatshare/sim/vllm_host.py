@@ -103,7 +103,7 @@ def _vllm_config(config: EngineConfig, model_dir: Path) -> VllmConfig:
             kv_connector_module_path=CONNECTOR_MODULE,
             kv_role="kv_both",
             kv_connector_extra_config={"cpu_tier_blocks": config.cpu_tier_tokens // config.block_size},
-            kv_load_failure_policy=config.kv_load_failure_policy,  # type: ignore[arg-type]
+            kv_load_failure_policy=config.kv_load_failure_policy,
         )
     speculative = None
     if config.draft_tokens:
