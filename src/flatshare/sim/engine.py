@@ -28,7 +28,7 @@ from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request
 
 from flatshare.sim.config import EngineConfig
-from flatshare.sim.connector import SimCpuTierConnector
+from flatshare.sim.connector import SimCpuTierConnector, TransferJob
 from flatshare.sim.offload_worker import SimOffloadWorker, failing_fraction
 from flatshare.sim.profile import ScheduledWork, StepTimeProfile
 from flatshare.sim.records import EngineSample, RequestRecord
@@ -116,6 +116,13 @@ class SimEngine:
             self._rewind_idle(arrival)
         heapq.heappush(self._pending, (arrival, self._seq, request))
         self._seq += 1
+
+    def fail_loads(self, rule: Callable[[TransferJob], bool]) -> None:
+        """Report the CPU-tier loads `rule` picks as failed (in the output that reports them finished),
+        instead of the `cpu_tier_load_failures` fraction; for fault tests. Needs the CPU tier."""
+        if self._worker is None:
+            raise ValueError("fail_loads needs the CPU tier (cpu_tier_tokens > 0)")
+        self._worker.fail_load = rule
 
     def abort(self, request_id: str) -> bool:
         """Abort an unfinished request as vLLM does when its client disconnects: the scheduler finishes it
