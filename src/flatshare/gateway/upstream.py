@@ -52,6 +52,20 @@ def declares_more(content_length: str | None, max_bytes: float) -> bool:
     return len(text) > 18 or int(text) > max_bytes
 
 
+async def read_bounded(
+    chunks: AsyncIterator[bytes], content_length: str | None, max_bytes: float, url: str
+) -> bytes:
+    """A body read from `chunks`; `AnswerTooLarge` as soon as it declares or passes `max_bytes`."""
+    if declares_more(content_length, max_bytes):
+        raise AnswerTooLarge(f"{url}: the answer declares more than {max_bytes} bytes")
+    body = bytearray()
+    async for chunk in chunks:
+        body += chunk
+        if len(body) > max_bytes:
+            raise AnswerTooLarge(f"{url}: the answer is longer than {max_bytes} bytes")
+    return bytes(body)
+
+
 class FirstByteTimeout(UpstreamError):
     """No response head within the `head_timeout_s` a `post` was given (the backend took the request and
     hangs on it); the connection is closed, so the backend may abort the request."""
@@ -179,14 +193,8 @@ class HttpxUpstream:
                 method, url, content=content, headers=headers, timeout=timeout_s
             ) as r:
                 limit = max_bytes if max_bytes is not None else math.inf
-                if declares_more(r.headers.get("content-length"), limit):
-                    raise AnswerTooLarge(f"{url}: the answer declares more than {max_bytes} bytes")
-                body = bytearray()
-                async for chunk in r.aiter_bytes():
-                    body += chunk
-                    if len(body) > limit:
-                        raise AnswerTooLarge(f"{url}: the answer is longer than {max_bytes} bytes")
-                return r.status_code, bytes(body)
+                body = await read_bounded(r.aiter_bytes(), r.headers.get("content-length"), limit, url)
+                return r.status_code, body
         except httpx.HTTPError as exc:
             raise UpstreamError(repr(exc), refused=isinstance(exc, httpx.ConnectError)) from exc
 

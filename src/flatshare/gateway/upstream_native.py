@@ -27,11 +27,10 @@ from urllib.parse import urlsplit
 import httptools
 
 from flatshare.gateway.upstream import (
-    AnswerTooLarge,
     FirstByteTimeout,
     UpstreamError,
     UpstreamResponse,
-    declares_more,
+    read_bounded,
 )
 
 HIGH_WATER = 1 << 20
@@ -185,14 +184,7 @@ class _NativeResponse:
         if max_bytes is None:
             return await self.read()
         declared = dict((k.lower(), v) for k, v in self.headers).get("content-length")
-        if declares_more(declared, max_bytes):
-            raise AnswerTooLarge(f"{url}: the answer declares more than {max_bytes} bytes")
-        body = bytearray()
-        async for chunk in self.chunks():
-            body += chunk
-            if len(body) > max_bytes:
-                raise AnswerTooLarge(f"{url}: the answer is longer than {max_bytes} bytes")
-        return bytes(body)
+        return await read_bounded(self.chunks(), declared, max_bytes, url)
 
     async def close(self) -> None:
         if self._released:
