@@ -46,6 +46,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
 from flatshare.scheduler import policy, state
+from flatshare.scheduler.classes import ClassMix
 from flatshare.scheduler.config import MakeRoomConfig
 from flatshare.scheduler.lookups import deferred_lookups
 from flatshare.scheduler.trace import StepTrace
@@ -104,12 +105,22 @@ class MakeRoomMixin(Scheduler):
         self._active = self.make_room.enabled and self.policy == SchedulingPolicy.PRIORITY
         if self.make_room.enabled and not self._active:
             log.warning("make-room acts only under --scheduling-policy priority; it stays out under fcfs")
+        if self._active:
+            log.info("make-room: on, %s", _settings_line(self.make_room))
+        self._mix = ClassMix(self.make_room.protect_priority)
         self._hold_threshold: int | None = None
         self._held_waiting = 0
         self._hold_streak = 0
         self._mispredicted: set[str] = set()
         self._deferrals: dict[str, int] = {}  # consecutive connector deferrals of a request acted for
         self._parked: RequestQueue | None = None
+
+    def add_request(self, request: Request) -> None:
+        super().add_request(request)
+        if self._active and not self._mix.warned:
+            warning = self._mix.add(request.priority)
+            if warning is not None:
+                log.warning("%s", warning)
 
     def make_room_counters(self) -> dict[str, int]:
         return asdict(self.make_room_stats)
@@ -413,3 +424,8 @@ class MakeRoomMixin(Scheduler):
         if output.total_num_scheduled_tokens == 0:
             stats.empty_hold_steps += 1
             self._hold_streak = self.make_room.max_hold_steps  # release the hold next step
+
+
+def _settings_line(config: MakeRoomConfig) -> str:
+    """The settings in one log line, `key=value` in the config's order (the start-up confirmation)."""
+    return " ".join(f"{key}={value}" for key, value in asdict(config).items() if key != "enabled")
