@@ -16,12 +16,18 @@ import os
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
-from test_make_room_invariants import MAX_STEPS, Scenario, check_complete, scenarios
+from test_make_room_invariants import (
+    MAX_STEPS,
+    Scenario,
+    check_complete,
+    scenarios,
+    vllm_load_failure_stall,
+)
 
 from flatshare.scheduler import state
-from flatshare.sim.engine import SimEngine
+from flatshare.sim.engine import SimEngine, SimStalledError
 from flatshare.sim.profile import load_profile
 
 pytestmark = pytest.mark.vllm
@@ -38,6 +44,16 @@ PROFILE = "baselines-soak" if os.environ.get("FLATSHARE_INVARIANTS") == "soak" e
 class _Run:
     def __init__(self, result: Any) -> None:
         self.result = result
+
+
+def run_to_end(engine: SimEngine, scenario: Scenario) -> Any:
+    """The engine's run of `scenario`; an example that stalls as vLLM 0.32 itself does after a failed
+    load is left out (`vllm_load_failure_stall`)."""
+    try:
+        return engine.run(scenario.requests)
+    except SimStalledError:
+        assume(not vllm_load_failure_stall(engine.scheduler))
+        raise
 
 
 def _bounded(engine: SimEngine) -> None:
@@ -77,7 +93,7 @@ def test_sglang_preempt_invariants(scenario: Scenario, threshold: int) -> None:
 
     scheduler._preempt_for_waiting = recording
     _bounded(engine)
-    result = engine.run(scenario.requests)
+    result = run_to_end(engine, scenario)
     check_complete(_Run(result), scenario)  # type: ignore[arg-type]
     for waiting, gone in victims_seen:
         assert all(p - waiting > threshold for p in gone), (waiting, gone, threshold)
@@ -115,7 +131,7 @@ def test_reserve_invariants(scenario: Scenario, share: float) -> None:
 
     manager.allocate_slots = checked
     _bounded(engine)
-    result = engine.run(scenario.requests)
+    result = run_to_end(engine, scenario)
     check_complete(_Run(result), scenario)  # type: ignore[arg-type]
     counters = result.scheduler_counters
     if scenario.engine.policy == "fcfs":
