@@ -17,6 +17,7 @@ from flatshare.sim.connector import TransferJob
 from flatshare.sim.engine import SimEngine, SimResult
 from flatshare.sim.profile import load_profile
 from flatshare.sim.requests import SimRequest
+from flatshare.sim.vllm_host import RequestFactory
 from simkit import req
 
 pytestmark = pytest.mark.vllm
@@ -177,3 +178,34 @@ def test_a_finished_load_is_promoted_before_it_is_counted_so_the_watermark_appli
     assert watermark > 0 and state.admission(scheduler, voice1).watermark_blocks == watermark
     sim.run()
     assert scheduler.make_room_stats.mispredicted_admissions == 0
+
+
+class _AuxOutputConnector:
+    """vLLM 0.33's aux-output connector as make-room meets it: `max_cache_hit(request)` caps a prefix hit
+    and moves the request's entry in its LRU, a side effect (0.32 cannot build the real one)."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def max_cache_hit(self, request: object) -> int | None:
+        self.asked.append(request.request_id)  # type: ignore[attr-defined]
+        return None
+
+
+def test_an_aux_output_connector_is_never_asked_and_make_room_stays_out() -> None:
+    # Before, make-room asked `max_cache_hit` for every candidate, on steps where vLLM never looked the
+    # request up, moving its LRU entry. Now it stays out for requests such a connector could cap, and
+    # its admission count never asks. (Only make-room's reads see the stand-in; vLLM 0.32's step
+    # would need the whole 0.33 connector.)
+    scheduler = engine(kv_tokens=32400, **make_room()).scheduler
+    voice = RequestFactory(16).make(req("voice", 0.0, 600, 10, priority=0))
+    scheduler.add_request(voice)  # waiting, nothing computed: a prefix lookup would ask for the cap
+    aux = _AuxOutputConnector()
+    scheduler.aux_output_connector, real = aux, scheduler.aux_output_connector
+    try:
+        assert state.unpredictable(scheduler, voice) == "aux-output connector"
+        state.admission(scheduler, voice)
+    finally:
+        scheduler.aux_output_connector = real
+    assert aux.asked == []
+    assert state.unpredictable(scheduler, voice) is None
