@@ -106,4 +106,4 @@ test-invariants: $(STAMP)
 fuzz: $(STAMP)
 	FLATSHARE_FUZZ=long $(BIN)/python -m pytest -p no:cacheprovider -m fuzz --hypothesis-show-statistics \
 	  tests/gateway/test_gateway_fuzz.py tests/gateway/test_gateway_config_fuzz.py tests/sim/test_sim_fuzz.py \
-	  tests/cli/test_file_commands_fuzz.py
+	  tests/cli/test_file_commands_fuzz.py tests/gateway/test_gateway_fuzz_backend.py
