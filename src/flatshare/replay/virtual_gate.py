@@ -194,9 +194,12 @@ class GateDriver:
                 request.first_sentence_tokens,
             )
             engine = self.engines[entry.engine]
+            # The run ends at `now`; an engine that idled to its end without a step may be behind it (an
+            # unfinished request's record ends at the run's end, never before it was sent).
+            end = max(now, engine.now)
             for k, attempt in enumerate(entry.aborted, start=1):
                 record = engine.record(attempt.engine_id).to_record(
-                    session_id=session, engine=name, now=engine.now, first_sentence_tokens=sentence
+                    session_id=session, engine=name, now=end, first_sentence_tokens=sentence
                 )
                 record.id = f"{request_id}/aborted-{k}"
                 record.error = (
@@ -209,7 +212,7 @@ class GateDriver:
                 continue
             # engine.record: an attempt sent as the run ended may not have reached the scheduler
             record = engine.record(engine_id).to_record(
-                session_id=session, engine=name, now=engine.now, first_sentence_tokens=sentence
+                session_id=session, engine=name, now=end, first_sentence_tokens=sentence
             )
             record.id, record.send_s = request_id, entry.issue_s
             if record.wait_s is not None:
