@@ -165,16 +165,24 @@ def _write_model(directory: Path, vocab_size: int, max_position_embeddings: int,
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m flatshare.testing.tiny_model DIR [--vocab-size N] [--max-position-embeddings N] [--seed N]`."""
+def arg_parser() -> argparse.ArgumentParser:
+    """The options of `python -m flatshare.testing.tiny_model` (the docs' tests check commands against it)."""
     parser = argparse.ArgumentParser(
         prog="python -m flatshare.testing.tiny_model",
         description="Build the tiny random Llama (offline, deterministic) in DIR and print DIR.",
     )
-    parser.add_argument("directory", metavar="DIR", type=Path, help="folder to write (reused when built alike)")
+    parser.add_argument(
+        "directory", metavar="DIR", type=Path, help="folder to write (reused when built alike)"
+    )
     parser.add_argument("--vocab-size", type=int, default=512)
     parser.add_argument("--max-position-embeddings", type=int, default=4096)
     parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m flatshare.testing.tiny_model DIR [--vocab-size N] [--max-position-embeddings N] [--seed N]`."""
+    parser = arg_parser()
     args = parser.parse_args(argv)
     try:
         built = make_tiny_model(
