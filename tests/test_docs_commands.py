@@ -122,3 +122,47 @@ def _stop_group(proc: subprocess.Popen[str]) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+BROKEN = """# a doc
+
+<!-- doc-test: long -->
+```bash
+flatshare replay --workload voice:callers=2 --no-such-option --out out/x
+vllm serve MODEL --port 8000
+python -m vllm.entrypoints.openai.api_server --model MODEL --not-a-vllm-flag
+flatshare replay --workload voice:colours=3 --sim --out out/y
+```
+
+```bash
+flatshare report out/x
+```
+
+```toml
+port = 8080
+backends = [{url = "http://127.0.0.1:8001"}]
+admin_token = "short"
+```
+"""
+
+
+def test_checker_fails_a_broken_doc(tmp_path: Path) -> None:
+    """A doc command that breaks fails the suite: each of the broken blocks above is caught."""
+    doc = tmp_path / "broken.md"
+    doc.write_text(BROKEN)
+    blocks = read_blocks(doc)
+    problems = [p for b in blocks for p in problems_of_form(b) + check_block(b, ROOT)]
+    text = "\n".join(problems)
+    assert "No such option: --no-such-option" in text
+    assert "`vllm ...`" in text
+    assert "unrecognized arguments: --not-a-vllm-flag" in text
+    assert "unknown setting 'colours=3'" in text
+    assert "without a doc-test marker" in text
+    assert "admin_token" in text
+    assert len(problems) >= 6, text
+
+
+def test_runner_fails_a_failing_block(tmp_path: Path) -> None:
+    result = run_block("flatshare gateway --port 8080 --policy no-such-policy\n", tmp_path)
+    assert result.returncode != 0
+    assert "give at least one backend" in result.stdout

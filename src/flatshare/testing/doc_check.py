@@ -22,6 +22,7 @@ import contextlib
 import functools
 import importlib
 import io
+import itertools
 import json
 import re
 import shlex
@@ -29,8 +30,6 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import click
 
 from flatshare.testing.doc_blocks import Block
 
@@ -96,27 +95,30 @@ def check_command(tokens: list[str], root: Path) -> Problems:
 
 
 def check_flatshare(args: list[str]) -> Problems:
-    """Parse `flatshare ARGS` with the CLI's click tree, without running the command."""
+    """Parse `flatshare ARGS` with the CLI's click tree, without running the command. (Typer builds it with
+    its own copy of click, so groups and errors are recognised by what they offer, not by click's classes.)"""
     from typer.main import get_command
 
     from flatshare.cli import app
 
-    command: click.Command = get_command(app)
+    command: Any = get_command(app)
     name, rest = "flatshare", list(args)
-    while isinstance(command, click.Group):
+    while hasattr(command, "list_commands"):
+        ctx = command.make_context(name, [], resilient_parsing=True)
         sub = next((t for t in rest if not t.startswith("-")), None)
-        found = command.get_command(click.Context(command), sub) if sub else None
-        if found is None:
-            return [
-                f"{name}: no subcommand {sub!r}; valid: {', '.join(sorted(command.list_commands(click.Context(command))))}"
-            ]
-        rest.remove(sub)  # type: ignore[arg-type]
+        found = command.get_command(ctx, sub) if sub else None
+        if sub is None or found is None:
+            return [f"{name}: no subcommand {sub!r}; valid: {', '.join(command.list_commands(ctx))}"]
+        rest.remove(sub)
         command, name = found, f"{name} {sub}"
+    problems: Problems = []
     try:
-        command.make_context(name, rest)
-    except click.ClickException as exc:
-        return [f"{name}: {exc.format_message()}"]
-    return _check_values(rest)
+        command.make_context(name, list(rest))  # click consumes the list it parses
+    except Exception as exc:  # typer's click: UsageError, BadParameter, NoSuchOption, ...
+        if not hasattr(exc, "format_message"):
+            raise
+        problems.append(f"{name}: {exc.format_message()}")
+    return problems + _check_values(rest)
 
 
 def _check_values(args: list[str]) -> Problems:
@@ -125,7 +127,7 @@ def _check_values(args: list[str]) -> Problems:
     from flatshare.workloads.spec import check_spec
 
     problems: Problems = []
-    for option, value in zip(args, args[1:], strict=False):
+    for option, value in itertools.pairwise(args):
         if option == "--workload":
             try:
                 check_spec(value)
@@ -166,7 +168,7 @@ def _check_python(args: list[str]) -> Problems:
         return _compiles(args[1], "python -c")
     if args[:2] == ["-m", "vllm.entrypoints.openai.api_server"]:
         problems = _argparse_problems(vllm_parser(), args[2:])
-        value = next((v for o, v in zip(args, args[1:], strict=False) if o == "--additional-config"), None)
+        value = next((v for o, v in itertools.pairwise(args) if o == "--additional-config"), None)
         return problems + (check_additional_config(value) if value is not None else [])
     if args[:2] == ["-m", "flatshare.testing.tiny_model"]:
         from flatshare.testing.tiny_model import arg_parser
@@ -181,7 +183,7 @@ def vllm_parser() -> argparse.ArgumentParser:
     try:
         from vllm.entrypoints.launchers.cli_args import make_arg_parser
     except ImportError:  # vLLM before 0.32
-        from vllm.entrypoints.openai.cli_args import make_arg_parser  # type: ignore[no-redef]
+        from vllm.entrypoints.openai.cli_args import make_arg_parser  # type: ignore[no-redef,import-not-found,unused-ignore]
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser: argparse.ArgumentParser = make_arg_parser(FlexibleArgumentParser())
