@@ -63,3 +63,25 @@ def test_rejects_a_vocab_smaller_than_the_byte_alphabet(tmp_path: Path) -> None:
 def test_corpus_depends_only_on_seed() -> None:
     assert corpus(3) == corpus(3)
     assert corpus(3) != corpus(4)
+
+
+def test_cli_help_prints_usage_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    """`... tiny_model --help` once built a folder named `--help` (issue 37): it is an option now."""
+    from flatshare.testing.tiny_model import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    assert "DIR" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_refuses_a_bad_size_in_one_line(tmp_path, capsys):
+    from flatshare.testing.tiny_model import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path / "m"), "--vocab-size", "3"])
+    assert exit_info.value.code == 2
+    assert "vocab_size must be at least" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()

@@ -9,14 +9,14 @@ Shape: hidden 64, 2 layers, 2 attention heads (head_dim 32, which vLLM's CPU att
 1 KV head, MLP 128, bfloat16 weights (the dtype vLLM's CPU backend picks anyway). Token ids 0-3
 are `<unk>`, `<s>`, `</s>`, `<pad>`; the vocabulary is filled to exactly `vocab_size`.
 
-Run `python -m flatshare.testing.tiny_model DIR` to build one from the shell.
+Run `python -m flatshare.testing.tiny_model DIR` to build one from the shell (`--help` for its options).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -165,12 +165,35 @@ def _write_model(directory: Path, vocab_size: int, max_position_embeddings: int,
     )
 
 
+def arg_parser() -> argparse.ArgumentParser:
+    """The options of `python -m flatshare.testing.tiny_model` (the docs' tests check commands against it)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m flatshare.testing.tiny_model",
+        description="Build the tiny random Llama (offline, deterministic) in DIR and print DIR.",
+    )
+    parser.add_argument(
+        "directory", metavar="DIR", type=Path, help="folder to write (reused when built alike)"
+    )
+    parser.add_argument("--vocab-size", type=int, default=512)
+    parser.add_argument("--max-position-embeddings", type=int, default=4096)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m flatshare.testing.tiny_model DIR", file=sys.stderr)
-        return 2
-    print(make_tiny_model(Path(args[0])))
+    """`python -m flatshare.testing.tiny_model DIR [--vocab-size N] [--max-position-embeddings N] [--seed N]`."""
+    parser = arg_parser()
+    args = parser.parse_args(argv)
+    try:
+        built = make_tiny_model(
+            args.directory,
+            vocab_size=args.vocab_size,
+            max_position_embeddings=args.max_position_embeddings,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    print(built)
     return 0
 
 

@@ -308,14 +308,19 @@ def _value(spec: str, key: str, text: str, kind: type) -> Any:
         else:
             if kind is str:
                 return value
-            high = MAX_SECONDS if kind is float else MAX_TOKENS if key in _TOKEN_KEYS else MAX_COUNT
-            low = -high if key == "priority" else 0
+            low, high = bounds(key, kind)
             if not (math.isfinite(value) and low <= value <= high):
                 raise InputError(
                     f"workload spec {spec!r}: {key} must lie in [{low:g}, {high:g}], got {text[:40]!r}"
                 )
             return value
     raise InputError(f"workload spec {spec!r}: {key} expects {kind.__name__}, got {text[:40]!r}")
+
+
+def bounds(key: str, kind: type) -> tuple[float, float]:
+    """The range a numeric setting must lie in (module docstring; docs/workloads.md lists them)."""
+    high = MAX_SECONDS if kind is float else MAX_TOKENS if key in _TOKEN_KEYS else MAX_COUNT
+    return (-high if key == "priority" else 0), high
 
 
 def _check_size(spec: str, name: str, args: Args) -> None:
