@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import httpx
 import pytest
@@ -17,7 +18,7 @@ from flatshare.gateway.config import BackendConfig, PollConfig
 from flatshare.gateway.poller import Poller
 from flatshare.gateway.upstream import make_upstream
 from kit.fake_vllm import FakeState, fake_backend_app
-from kit.net import ThreadServer
+from kit.net import ThreadServer, free_port, wait_for
 
 SLOW_POLL = PollConfig(interval_s=60.0, timeout_s=0.5, stale_after_s=120.0, unhealthy_after_failures=3)
 BODY = {"model": "fake", "prompt": "hi", "max_tokens": 4, "stream": True}
@@ -73,3 +74,20 @@ def test_the_health_hook_hears_flips_the_proxy_records() -> None:
 
         asyncio.run(go())
     assert heard == [("b0", True), ("b0", False), ("b0", True)]
+
+
+def test_a_backend_unreachable_from_the_start_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A backend that never answered was silent (issue 37: only /gateway/backends and 503s showed it):
+    its first failed poll is a change from "not known yet" to unhealthy, logged once however many polls
+    fail after it; its first good poll is then logged healthy."""
+    caplog.set_level(logging.INFO, logger="flatshare.gateway")
+    with ThreadServer(fake_backend_app(FakeState())) as live:
+        dead = f"http://127.0.0.1:{free_port()}"
+        with running_gateway(gateway_config([dead, live.url])) as (gateway, url):
+            wait_for(lambda: gateway.pool.by_name["b0"].failures >= 1, 10.0, "b0's first failed poll")
+            time.sleep(0.5)  # ten more polls at FAST_POLL's 0.05 s
+            assert not backend_rows(url)["b0"]["healthy"]
+    unhealthy = [m for m in flips(caplog, "b0") if " is unhealthy: " in m]
+    assert len(unhealthy) == 1, flips(caplog, "b0")
+    assert "cannot reach it" in unhealthy[0]
+    assert [m for m in flips(caplog, "b1") if " is healthy" in m], flips(caplog, "b1")

@@ -43,6 +43,14 @@ def _root(
         enginelog.quiet()
 
 
+AccessLogOpt = Annotated[
+    str,
+    typer.Option(
+        help="requests: log every request but the poll routes (/metrics, /health, /v1/models); all; off."
+    ),
+]
+
+
 def fail(message: str) -> NoReturn:
     """Print a one-line error and exit with code 2."""
     typer.echo(f"error: {message}", err=True)

@@ -303,11 +303,11 @@ def report(
     out: Annotated[Path, typer.Argument(help="An experiment folder with runs/ inside.")],
 ) -> None:
     """Rebuild summary.json, report.md and the figures of an experiment from its saved runs."""
+    if not (out / "runs").is_dir():
+        fail(f"{out}: no runs/ folder (not an experiment output)")
     from flatshare.admission.runs import is_admission_experiment
     from flatshare.colocation.report import build_report
 
-    if not (out / "runs").is_dir():
-        fail(f"{out}: no runs/ folder (not an experiment output)")
     try:
         if is_admission_experiment(out):
             from flatshare.admission.report import build_report as build_admission_report

@@ -26,7 +26,13 @@ def _say(message: str) -> None:
 @app.command("calibrate-engine")
 def calibrate_engine(
     endpoint: EndpointOpt,
-    out: Annotated[Path, typer.Option(help="Profile file to write (.json).")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="Profile file to write (.json), outside the package (e.g. ./my-server.json); "
+            "use it with --profile PATH."
+        ),
+    ],
     max_num_batched_tokens: Annotated[
         int, typer.Option(help="The server's --max-num-batched-tokens (vLLM does not export it).")
     ] = ENGINE.max_num_batched_tokens,

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from flatshare.cli.base import app, fail
+from flatshare.cli.base import AccessLogOpt, app, fail
 from flatshare.errors import InputError
 
 
@@ -41,6 +41,7 @@ def gateway(
             "prefer the environment variable, which other users cannot see in the process list).",
         ),
     ] = None,
+    access_log: AccessLogOpt = "off",
 ) -> None:
     """An OpenAI-compatible gateway over several vLLM servers that routes long requests away from KV pressure."""
     from flatshare.gateway.command import gateway_command
@@ -48,7 +49,7 @@ def gateway(
     try:
         gateway_command(
             backends=backend or (), port=port, host=host, policy=policy, config=config,
-            audit_log=audit_log, admin_token=admin_token,
+            audit_log=audit_log, admin_token=admin_token, access_log=access_log,
         )  # fmt: skip
     except InputError as exc:
         fail(str(exc))

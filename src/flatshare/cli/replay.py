@@ -10,6 +10,7 @@ import typer
 from flatshare.cli.base import app, fail
 from flatshare.cli.engine_options import ENGINE, with_engine_options
 from flatshare.errors import InputError
+from flatshare.replay.verdict import verdict
 from flatshare.sim.options import EngineOptions
 
 
@@ -32,10 +33,20 @@ def replay(
     max_model_len: Annotated[
         int, typer.Option(help="Clip prompts to this (0: the --sim engine's, or what the endpoints report).")
     ] = ENGINE.max_model_len,
+    max_failed: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            metavar="FRACTION",
+            help="Share of requests that may fail before the command exits 1 (0: none may).",
+        ),
+    ] = 0.0,
     *,
     engine: EngineOptions,
 ) -> None:
-    """Replay a workload against OpenAI-compatible endpoints (wall clock) or simulated engines (--sim)."""
+    """Replay a workload against OpenAI-compatible endpoints (wall clock) or simulated engines (--sim).
+    Exits 1 when more than --max-failed of the requests failed (the records are written all the same)."""
     from flatshare.replay.command import replay_command
 
     try:
@@ -49,3 +60,10 @@ def replay(
     typer.echo(summary.line())
     if summary.interrupted:
         raise typer.Exit(code=130)
+    outcome = verdict(summary.run, max_failed)
+    for line in outcome.sample_lines():
+        typer.echo(f"warning: {line}", err=True)
+    if outcome.failed:
+        typer.echo(f"{'warning' if outcome.passed else 'error'}: {outcome.failure_line()}", err=True)
+    if not outcome.passed:
+        raise typer.Exit(code=1)

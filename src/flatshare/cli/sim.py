@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from flatshare.cli.base import app, fail
+from flatshare.cli.base import AccessLogOpt, app, fail
 from flatshare.cli.engine_options import ENGINE, ProfileOpt, SeedOpt, with_engine_options
 from flatshare.errors import InputError
 from flatshare.sim.options import EngineOptions
@@ -40,6 +40,7 @@ def serve_sim(
     model_name: Annotated[str, typer.Option(help="Model name served on /v1/models.")] = "sim",
     speed: Annotated[float, typer.Option(help="Virtual seconds per wall second (>= 1).")] = 1.0,
     seed: SeedOpt = 0,
+    access_log: AccessLogOpt = "requests",
     *,
     engine: EngineOptions,
 ) -> None:
@@ -47,7 +48,7 @@ def serve_sim(
     from flatshare.sim.command import serve_sim_command
 
     try:
-        serve_sim_command(port, host, model_name, speed, engine, seed)
+        serve_sim_command(port, host, model_name, speed, engine, seed, access_log)
     except InputError as exc:
         fail(str(exc))
 

@@ -79,8 +79,11 @@ def calibrate_engine_command(
     `max_num_batched_tokens` must be the server's (vLLM does not export it); `vocab_size` bounds the
     random prompt ids (at most the model's vocabulary). InputError on bad input or an unusable server.
     """
+    from flatshare.sim.profile import check_not_shipped
+
     if out.suffix != ".json":
         raise InputError(f"--out {out}: a profile file must end in .json")
+    check_not_shipped(out)
     if min(max_num_batched_tokens, vocab_size, repeats) < 1 or vocab_size < 8:
         raise InputError("--max-num-batched-tokens, --repeats must be >= 1 and --vocab-size >= 8")
     base = QUICK_PLAN if quick else CalibrationPlan()
@@ -184,10 +187,10 @@ def fidelity_command(
         bounds = Bounds(floor, k)
     except ValueError as exc:
         raise InputError(str(exc)) from exc
+    step_profile = load_profile(profile)  # a shipped name or a file: checked before the server is asked
     info = _saved_server(real_from) if real_from is not None else asyncio.run(_server(endpoint))
     settings = EngineSettings(block_size, kv_blocks, max_num_batched_tokens, max_num_seqs, max_model_len)
     config, mismatches = settings.config(info, scheduler, policy, make_room)
-    step_profile = load_profile(profile)
     prepare(out)
     enginelog.log_to(out)
     if real_from is not None:

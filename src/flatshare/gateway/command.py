@@ -35,10 +35,15 @@ def gateway_command(
     config: Path | None = None,
     audit_log: Path | None = None,
     admin_token: str | None = None,
+    access_log: str = "off",
 ) -> None:
     """Serve the gateway with `config`'s settings under the given ones (None: the file's or the
-    default) until interrupted. InputError on bad settings, before it listens."""
+    default) until interrupted. InputError on bad settings, before it listens. `access_log`: off, or
+    `flatshare.serving`'s other modes."""
     from flatshare.gateway.configfile import load_config
+    from flatshare.serving import check_access_log
+
+    check_access_log(access_log)
 
     overrides: dict[str, Any] = {
         "backends": [backend_entry(b) for b in backends] if backends else None,
@@ -51,7 +56,7 @@ def gateway_command(
     settings = load_config(config, overrides)
     from flatshare.gateway.server import gateway_main
 
-    gateway_main(settings)
+    gateway_main(settings, access_log=access_log)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ router reads finite (`scrape.py`). Ticks are at fixed times (`start + k * interv
 overruns skips the ticks it missed instead of bunching up. Results go into the backend's `BackendState`
 (health rules there). The poller owns the state's health hook: every flip is logged (a warning when the
 backend turns unhealthy) and passed to `on_health`, also when the proxy recorded the failure that caused it.
+The first poll's outcome is logged too, healthy or not: a backend unreachable from the start is one
+warning, not silence (it never flips, as it was never healthy); then one line per change, never one per poll.
 
 A backend is read, not trusted: whatever its answers raise (a page too large, non-finite numbers,
 JSON nested 100,000 deep, a bug in a parser) is a failed poll, counted in the `TaskWatch` and logged once
@@ -57,6 +59,8 @@ class Poller:
         self.watch = watch if watch is not None else TaskWatch()
         state.on_health = self._flipped
         self.polls = 0
+        self._logged: bool | None = None
+        """The health the log last stated (None: nothing logged yet)."""
         self._since_models = MODELS_EVERY
         self._task: asyncio.Task[None] | None = None
 
@@ -66,6 +70,11 @@ class Poller:
 
     async def poll_once(self) -> bool:
         """One poll; True when it was good. Never raises but for cancellation (module docstring)."""
+        good = await self._poll()
+        self._log_health(self.state.last_error)
+        return good
+
+    async def _poll(self) -> bool:
         state = self.state
         self.polls += 1
         try:
@@ -117,12 +126,20 @@ class Poller:
 
     def _flipped(self, state: BackendState, error: str) -> None:
         """The state's health hook (module docstring)."""
+        self._log_health(error)
+        if self.on_health is not None:
+            self.on_health(state, state.healthy)
+
+    def _log_health(self, error: str) -> None:
+        """Log the backend's health when it differs from what the log last said (module docstring)."""
+        state = self.state
+        if state.healthy == self._logged:
+            return
+        self._logged = state.healthy
         if state.healthy:
             log.info("backend %s is healthy (models: %s)", state.name, ", ".join(sorted(state.models)))
         else:
             log.warning("backend %s is unhealthy: %s", state.name, error)
-        if self.on_health is not None:
-            self.on_health(state, state.healthy)
 
     async def run(self) -> None:
         """Poll at fixed ticks until cancelled; a round that raises (a bug past `poll_once`'s own

@@ -170,13 +170,13 @@ def _replay_sim(
     grace_s: float,
     show_progress: bool,
 ) -> ReplaySummary:
-    from flatshare.replay.virtual import run_virtual
-    from flatshare.sim.engine import SimEngine
-
     if n_engines < 1:
         raise InputError(f"--sim-engines must be >= 1, got {n_engines}")
     config, profile = dataclasses.replace(o, max_model_len=max_model_len or o.max_model_len).build()
     workload = load_workload(spec, meta["seed"], config.max_model_len, meta["vocab_size"])
+    from flatshare.replay.virtual import run_virtual  # imports vLLM: after the input is checked
+    from flatshare.sim.engine import SimEngine
+
     meta |= _workload_meta(workload, config.max_model_len, "virtual")
     engines = [SimEngine(config, profile) for _ in range(n_engines)]
     enginelog.log_to(out)

@@ -58,12 +58,13 @@ class Clock:
 @dataclass
 class RunStats:
     """What a wall-clock run saw besides the records: waits for a concurrency slot, the most requests
-    in flight at once, scrape failures by endpoint, requests cut at the end."""
+    in flight at once, scrape failures by endpoint (and the last one's message), requests cut at the end."""
 
     slot_waits: int = 0
     max_slot_wait_s: float = 0.0
     max_in_flight: int = 0
     sample_errors: dict[str, int] = field(default_factory=dict)
+    last_sample_error: dict[str, str] = field(default_factory=dict)
     cut: int = 0
 
     def to_json(self) -> dict[str, Any]:

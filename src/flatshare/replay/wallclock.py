@@ -196,6 +196,8 @@ async def run_wallclock(
             for endpoint, sampler in zip(sampled, samplers, strict=True):
                 ledger.samples.extend((endpoint.name, s) for s in sampler.samples)
                 ledger.stats.sample_errors[endpoint.name] = sampler.errors
+                if sampler.last_error:
+                    ledger.stats.last_sample_error[endpoint.name] = sampler.last_error
             await clients.aclose()
 
 

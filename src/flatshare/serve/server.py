@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import uvicorn
 from starlette.applications import Starlette
 
@@ -10,6 +12,7 @@ from flatshare.serve.protocol import ServedModel
 from flatshare.serve.runner import WallClockRunner
 from flatshare.serve.telemetry import ServeMetrics
 from flatshare.serve.tokenizer import SimTokenizer
+from flatshare.serving import access_log_option, filter_access_log
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.engine import SimEngine
 from flatshare.sim.profile import StepTimeProfile
@@ -40,8 +43,8 @@ def build_sim_app(
 
 
 def serve_sim_main(
-    port: int,
-    host: str,
+    sock: socket.socket,
+    url: str,
     config: EngineConfig,
     profile: StepTimeProfile,
     seed: int,
@@ -49,12 +52,25 @@ def serve_sim_main(
     model_name: str = DEFAULT_MODEL_NAME,
     speed: float = 1.0,
     log_level: str = "info",
+    access_log: str = "requests",
 ) -> None:
-    """Serve the simulated engine on `host:port` until interrupted (Ctrl-C / SIGTERM)."""
+    """Serve the simulated engine on `sock` (bound to `url`, `flatshare.serving.listen`) until
+    interrupted (Ctrl-C / SIGTERM). `access_log`: `flatshare.serving`'s modes (default: every request
+    but the poll routes)."""
     app = build_sim_app(config, profile, seed, model_name, speed)
     print(
-        f"serve-sim: model {model_name!r} on http://{host}:{port} (scheduler {config.scheduler}, "
+        f"serve-sim: model {model_name!r} on {url} (scheduler {config.scheduler}, "
         f"policy {config.policy}, kv_tokens {config.kv_tokens}, profile {profile.name}, speed {speed}x)",
         flush=True,
     )
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    settings = uvicorn.Config(
+        app,
+        log_level=log_level,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        **access_log_option(access_log),
+    )
+    filter_access_log(access_log)
+    try:
+        uvicorn.Server(settings).run(sockets=[sock])
+    finally:
+        sock.close()

@@ -62,11 +62,23 @@ def serve_sim_command(
     speed: float,
     engine: EngineOptions | None = None,
     seed: int = 0,
+    access_log: str = "requests",
 ) -> None:
-    """Serve the simulated engine until interrupted (InputError on bad settings, before it listens)."""
+    """Serve the simulated engine until interrupted. InputError on bad settings or a port it cannot
+    listen on, before vLLM is imported."""
+    from flatshare.serving import check_access_log, listen
+
     config, step_profile = (engine or EngineOptions()).build()
     if speed < 1:
         raise InputError("--speed must be >= 1")
-    from flatshare.serve.server import serve_sim_main
-
-    serve_sim_main(port, host, config, step_profile, seed, model_name=model_name, speed=speed)
+    check_access_log(access_log)
+    sock = listen(host, port)
+    try:
+        from flatshare.serve.server import serve_sim_main
+    except BaseException:
+        sock.close()
+        raise
+    url = f"http://{host}:{port}"
+    serve_sim_main(
+        sock, url, config, step_profile, seed, model_name=model_name, speed=speed, access_log=access_log
+    )

@@ -35,6 +35,15 @@ holds about a million tokens of an 8B model's KV; vLLM's block sizes are 1-256; 
 per KV block at start, so a 10**19-token cache would never finish starting."""
 
 
+def check_scheduler_name(name: str) -> None:
+    """A scheduler is one of `SCHEDULER_ALIASES` or a dotted class path (module.Class); InputError listing
+    the aliases otherwise. Pure: checked with the other settings, before vLLM is imported to load it."""
+    if name in SCHEDULER_ALIASES or ("." in name and all(name.split("."))):
+        return
+    known = ", ".join(repr(a) for a in SCHEDULER_ALIASES)
+    raise InputError(f"scheduler {name!r}: not a dotted path (module.Class) nor one of {known}")
+
+
 def fitting_model_len(kv_tokens: int, block_size: int, cap: int = 32768) -> int:
     """The largest max_model_len vLLM accepts for this KV cache, at most `cap`: vLLM keeps one block
     as its null block, so a request can hold `(kv_tokens // block_size - 1) * block_size` tokens."""
@@ -137,6 +146,7 @@ class EngineConfig:
             raise InputError("engine config: cpu_tier_load_failures must be a fraction in [0, 1]")
         if self.sample_interval_s <= 0:
             raise InputError("engine config: sample_interval_s must be > 0")
+        check_scheduler_name(self.scheduler)
         if self.policy not in POLICIES:
             raise InputError(f"engine config: policy must be one of {POLICIES}, got {self.policy!r}")
         if self.kv_tokens < self.block_size * 2:

@@ -230,6 +230,18 @@ class StepTimeProfile:
         return data
 
 
+def check_not_shipped(path: Path, option: str = "--out") -> None:
+    """InputError when `path` lies in the folder of the shipped profiles: those are part of the package
+    (tracked, overwritten by a reinstall); a calibrated profile goes where the user says and is used by
+    its path (`--profile PATH.json`)."""
+    folder = Path(str(resources.files("flatshare.sim") / "profiles")).resolve()
+    if path.resolve().parent == folder:
+        raise InputError(
+            f"{option} {path}: that is the folder of flatshare's shipped profiles, which are part of the "
+            f"package; write the profile elsewhere (e.g. {option} {path.name}) and pass its path to --profile"
+        )
+
+
 def shipped_profiles() -> list[str]:
     """Names of the profiles that ship with flatshare."""
     folder = resources.files("flatshare.sim") / "profiles"

@@ -36,7 +36,7 @@ from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
 from flatshare.errors import InputError
-from flatshare.sim.config import EngineConfig
+from flatshare.sim.config import EngineConfig, check_scheduler_name
 from flatshare.sim.connector import CONNECTOR_MODULE, CONNECTOR_NAME
 from flatshare.sim.requests import SimRequest
 
@@ -57,12 +57,8 @@ _MODEL_CONFIG = {
 
 def resolve_scheduler_class(path: str) -> type[Scheduler]:
     """Import a scheduler class by dotted path; it must subclass vLLM's v1 `Scheduler`."""
+    check_scheduler_name(path)
     module_name, _, class_name = path.rpartition(".")
-    if not module_name:
-        from flatshare.sim.config import SCHEDULER_ALIASES
-
-        known = ", ".join(repr(a) for a in SCHEDULER_ALIASES)
-        raise InputError(f"scheduler {path!r}: not a dotted path (module.Class) nor one of {known}")
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:
