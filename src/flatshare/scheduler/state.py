@@ -242,11 +242,12 @@ def admission(s: Any, request: Request) -> policy.Admission:
     hits, hit_tokens = _prefix_hit(s, request)
     local = request.num_computed_tokens + hit_tokens
     chunk = request.num_tokens - local
-    if not _may_load(s, request):
+    may_load = _may_load(s, request)
+    if not may_load:
         cap = long_prefill_cap(s)
         chunk = min(chunk, cap) if cap > 0 else chunk
     chunk_tokens = chunk  # what the step must hold for it with chunked prefill off
-    if s.scheduler_config.enable_chunked_prefill and not _may_load(s, request):
+    if s.scheduler_config.enable_chunked_prefill and not may_load:
         chunk = min(chunk, s.max_num_scheduled_tokens)
     needed = _blocks_for(s, request, hits, local, min(local + chunk, s.max_model_len), False)
     if s.scheduler_reserve_full_isl:
