@@ -3,8 +3,8 @@
 `fit`: runs `alone` and `vllm-priority` (2 callers) for every point of a grid over the parameters the first
 seed does not state (max model length, CPU-tier size, vLLM's admission rule, the API pass, the voice agent's
 system prompt) and ranks the points by their distance to the seed's stock rows only
-(`flatshare.colocation.seed_table`, rows marked fitted): squared log ratio for times, squared difference in
-tens of points for shares of turns.
+(`flatshare.colocation.fit_loss`: rows of kind `fitted` only, read from `alone` and `vllm-priority` only):
+squared log ratio for times, squared difference in tens of points for shares of turns.
 The grid now holds nine CPU-tier sizes, five KV-cache sizes and three per-request prefill caps (6,480
 points); seed-fit.md and seed-fit-async.md were run when it held two tier sizes (8 and 32 GiB) and the
 profile's KV cache alone (96 points), seed-fit-cpu-tier.md is the tier axis alone at that KV cache,
@@ -41,16 +41,15 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from flatshare.colocation.experiment import MAIN_CONDITIONS, ColocationPlan, run_plan
+from flatshare.colocation.fit_loss import FITTED_ROWS, fit_plan, loss
 from flatshare.colocation.results import ColocationSummary
 from flatshare.colocation.runs import load_runs
-from flatshare.colocation.seed_table import SEED_ROWS
 from flatshare.colocation.setup import SEED, Setup
 from flatshare.colocation.summary import summarize
 
@@ -80,46 +79,34 @@ SENSITIVITY: tuple[tuple[str, Any], ...] = (
 )
 
 
-def _summary(setup: Setup, keys: Iterable[str], seeds: int, duration: float) -> ColocationSummary:
-    conditions = tuple(c for c in MAIN_CONDITIONS if c.key in set(keys))
-    plan = ColocationPlan(
-        callers=(2,), seeds=seeds, duration_s=duration, drain_s=60.0, conditions=conditions, setup=setup
-    )
+def _run(plan: ColocationPlan) -> ColocationSummary:
     with tempfile.TemporaryDirectory(prefix="flatshare-seed-fit-") as tmp:
         run_plan(Path(tmp), plan)
         return summarize(load_runs(Path(tmp)))
 
 
-def loss(summary: ColocationSummary) -> float:
-    """Distance to the seed's fitted rows (0 is a perfect match)."""
-    total = 0.0
-    for row in SEED_ROWS:
-        if not row.fitted:
-            continue
-        value = row.get(summary)
-        if value is None:
-            return math.inf
-        if row.share:
-            total += ((value - row.seed) / 0.1) ** 2
-        else:
-            total += math.log(max(value, 1e-3) / row.seed) ** 2
-    return total
+def _summary(setup: Setup, keys: Iterable[str], seeds: int, duration: float) -> ColocationSummary:
+    conditions = tuple(c for c in MAIN_CONDITIONS if c.key in set(keys))
+    plan = ColocationPlan(
+        callers=(2,), seeds=seeds, duration_s=duration, drain_s=60.0, conditions=conditions, setup=setup
+    )
+    return _run(plan)
 
 
 def _fitted_cells(summary: ColocationSummary) -> list[str]:
-    return [f"{row.get(summary) or 0:.3g}" for row in SEED_ROWS if row.fitted]
+    return [f"{row.get(summary) or 0:.3g}" for row in FITTED_ROWS]
 
 
 def _rank(points: Iterable[tuple[Any, ...]], seeds: int, duration: float, title: str) -> list[str]:
     names = list(GRID)
-    header = [row.row.split(": ", 1)[-1] for row in SEED_ROWS if row.fitted]
+    header = [row.row.split(": ", 1)[-1] for row in FITTED_ROWS]
     results = []
     for values in points:
         setup = SEED.with_changes(**dict(zip(names, values, strict=True)))
-        summary = _summary(setup, ("alone", "vllm-priority"), seeds, duration)
+        summary = _run(fit_plan(setup, seeds, duration))
         results.append((loss(summary), values, _fitted_cells(summary)))
         print(f"{loss(summary):8.3f}  {dict(zip(names, values, strict=True))}", flush=True)
-    seed_cells = [f"{row.seed:.3g}" for row in SEED_ROWS if row.fitted]
+    seed_cells = [f"{row.seed:.3g}" for row in FITTED_ROWS]
     lines = [
         f"{title} on the seed's stock rows ({seeds} seeds x {duration:.0f} virtual s, 2 callers, "
         f"{_mode(SEED)}); lower loss is closer.",

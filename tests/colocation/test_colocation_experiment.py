@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from flatshare.cli import app
 from flatshare.colocation.experiment import BASELINE_CONDITIONS, MAIN_CONDITIONS, ColocationPlan, run_plan
 from flatshare.colocation.report import build_report
+from flatshare.colocation.summary import SUMMARY_VERSION
 from flatshare.listen.speech import missing_tools
 
 pytestmark = pytest.mark.vllm
@@ -68,7 +69,7 @@ def test_small_plan_writes_summary_report_and_figures_and_rebuilds_identically(t
     result = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "summary.json").read_bytes() == before
-    assert json.loads(before)["version"] == 1
+    assert json.loads(before)["version"] == SUMMARY_VERSION
 
 
 def test_report_on_a_folder_without_runs_is_a_clear_error(tmp_path: Path) -> None:

@@ -99,3 +99,25 @@ def test_refine_stops_on_a_file_without_a_table(seed_fit: ModuleType, tmp_path: 
     (tmp_path / "notes.md").write_text("no table here\n")
     with pytest.raises(SystemExit, match=re.escape("no `| loss | ...` table")):
         seed_fit.refine(tmp_path / "notes.md", 1, 1, 1.0)
+
+
+def test_every_grid_point_runs_alone_and_vllm_priority_only_and_is_ranked_by_the_fitted_rows(
+    seed_fit: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flatshare.colocation.fit_loss import FITTED_ROWS
+    from flatshare.colocation.seed_table import FIT_CONDITIONS
+    from flatshare.colocation.summary import load_summary
+
+    full_run = load_summary(Path(__file__).resolve().parents[2] / "docs/results/colocation/summary.json")
+    plans = []
+
+    def run(plan: object) -> object:
+        plans.append(plan)
+        return full_run
+
+    monkeypatch.setattr(seed_fit, "_run", run)
+    lines = seed_fit.fit(1, 1.0, {name: values[:1] for name, values in seed_fit.GRID.items()})
+    assert len(plans) == 1 and sorted(c.key for c in plans[0].conditions) == sorted(FIT_CONDITIONS)
+    header = next(line for line in lines if line.startswith("| loss |"))
+    assert header.count("|") == len(seed_fit.GRID) + len(FITTED_ROWS) + 2
+    assert lines[-1].startswith(f"| {seed_fit.loss(full_run):.3f} |")

@@ -10,9 +10,10 @@ from typing import Any
 
 from flatshare import safeout
 from flatshare.colocation import figures
-from flatshare.colocation.results import ColocationSummary, ConditionResult, SeedComparisonRow
+from flatshare.colocation.results import ColocationSummary, ConditionResult
 from flatshare.colocation.runs import SavedRun, load_runs, run_dir
-from flatshare.colocation.seed_table import SEED_BASELINES, seed_table_lines
+from flatshare.colocation.seed_markdown import seed_counts_line, seed_table_lines
+from flatshare.colocation.seed_table import SEED_BASELINES
 from flatshare.colocation.setup import unstated_lines
 from flatshare.colocation.summary import BASELINE, summarize
 from flatshare.colocation.voice import VoicePipeline
@@ -196,26 +197,11 @@ def _baselines(summary: ColocationSummary) -> list[str]:
     return [*lines, ""]
 
 
-def _hits(rows: list[SeedComparisonRow]) -> int:
-    return sum(bool(r.hit) for r in rows)
-
-
 def _seed(summary: ColocationSummary) -> list[str]:
     rows = summary.seed_comparison
     if not rows:
         return []
-    fitted = [r for r in rows if r.fitted and r.hit is not None]
-    predicted = [r for r in rows if not r.fitted and r.hit is not None]
-    return [
-        "## The first seed's table",
-        "",
-        f"Fitted rows (the preset's unstated parameters were chosen on these only): "
-        f"{_hits(fitted)} of {len(fitted)} within tolerance. Predictions, not refitted: "
-        f"{_hits(predicted)} of {len(predicted)} within tolerance.",
-        "",
-        *seed_table_lines(rows),
-        "",
-    ]
+    return ["## The first seed's table", "", seed_counts_line(rows), "", *seed_table_lines(rows), ""]
 
 
 def write_report(

@@ -72,6 +72,19 @@ class ConditionResult:
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ConditionResult:
+        """The inverse of `to_json`; TypeError on a key that is not a field."""
+        d = dict(data)
+        paired = d.get("paired_vs_vllm_priority")
+        d["paired_vs_vllm_priority"] = None if paired is None else PairedComparison(**paired)
+        ci = d.get("voice_turn_p95_ci")
+        d["voice_turn_p95_ci"] = None if ci is None else tuple(ci)
+        for key in ("per_seed_voice_p95_s", "nth_token_median_s", "nth_token_p95_s"):
+            d[key] = tuple(d.get(key, ()))
+        d["voice_call_ci"] = {k: (v[0], v[1]) for k, v in d.get("voice_call_ci", {}).items()}
+        return cls(**d)
+
 
 @dataclass(frozen=True)
 class CallerResult:
@@ -90,16 +103,22 @@ class SeedComparisonRow:
 
     `flatshare`, `ratio` and `hit` are None when the runs lack the condition the row needs. `ci`: the
     interval of `flatshare` resampling whole calls, for rows that read one condition's voice figure (None
-    for ratios between conditions and per-token rows). `hit` is judged on `flatshare` alone.
+    for ratios between conditions and per-token rows). `kind`: `fitted` (enters the seed fit's loss),
+    `calibrated` (pinned by a choice made to match it) or `prediction` (`flatshare.colocation.seed_table.
+    RowKind`). `seed_engine_s`/`engine_s`: for a voice-turn row, the seed's and flatshare's turn less the
+    fixed voice pipeline (None for other rows); such a row's `hit` is judged on them, any other's on
+    `flatshare` alone.
     """
 
     row: str
     seed: float
     flatshare: float | None
     ratio: float | None
-    fitted: bool
+    kind: str
     hit: bool | None
     ci: tuple[float, float] | None = None  # flatshare's 95% interval, resampling whole calls
+    seed_engine_s: float | None = None
+    engine_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -145,3 +164,21 @@ class ColocationSummary:
             "seed_comparison": [row.to_json() for row in self.seed_comparison],
             "setup": None if self.setup is None else dict(self.setup),
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ColocationSummary:
+        """The measurements of a `to_json()`; `seed_comparison` is derived from them and left empty here
+        (`flatshare.colocation.summary.load_summary` derives it again, with today's seed table)."""
+        by_callers = {
+            int(n): CallerResult(
+                block["target_s"], {k: ConditionResult.from_json(m) for k, m in block["conditions"].items()}
+            )
+            for n, block in data["by_callers"].items()
+        }
+        return cls(
+            version=data["version"],
+            voice_pipeline_fixed_s=data["voice_pipeline_fixed_s"],
+            callers=tuple(data["callers"]),
+            by_callers=by_callers,
+            setup=data.get("setup"),
+        )

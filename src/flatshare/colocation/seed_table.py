@@ -1,11 +1,20 @@
 """The first seed's table beside flatshare's: each figure the seed reports, what this experiment measured,
-and whether the row was used to fit the preset's unstated parameters or is a prediction.
+and what kind of row it is.
 
 Seed figures are from `shared/seeds/000` (2 callers, 24 agents, voice at top priority, 512-token steps unless
-a row says otherwise). Fitted rows are the stock-vLLM rows (`vllm-priority` and `alone`); the preset's
-unstated parameters were chosen on them only (`flatshare.colocation.setup`). A row is a hit when flatshare is
-within 25% of the seed; the two shares of turns over target (stock and T=48) within 10 points, as the
-issue that set these tolerances asks (a small share, such as 1 in 14 over 10 s, is held to 25%).
+a row says otherwise). Every row has a `RowKind`:
+- `fitted`: enters the seed fit's loss (`flatshare.colocation.fit_loss`); only the stock-vLLM rows read from
+  `FIT_CONDITIONS` (`alone` and `vllm-priority`) may be, and a `SeedRow` refuses to be fitted otherwise;
+- `calibrated`: not in the loss, but pinned by a profile or preset choice made to match it (the voice-alone
+  first-token wait by the 0.06 s API pass, the voice-alone first-sentence decode by the profile's per-token
+  time), so it is no test of the simulator and is left out of the prediction count;
+- `prediction`: neither; the rows that test the simulator.
+
+A row is a hit when flatshare is within 25% of the seed; the two shares of turns over target (stock and
+T=48) within 10 points, as the issue that set these tolerances asks (a small share, such as 1 in 14 over
+10 s, is held to 25%). A turn row (a voice turn's time, which includes the fixed voice pipeline outside the
+engine, `voice_pipeline_fixed_s`) is judged on its engine time instead, the turn less that pipeline on
+both sides: 25% of a total that includes a fixed 1.25 s is loose on the engine's part.
 
 Rows that read one condition's voice figure also carry flatshare's 95% interval, resampling whole calls
 (`ConditionResult.voice_call_ci`). A hit is judged on the figure alone; the interval says whether a miss
@@ -18,7 +27,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from enum import StrEnum
+from typing import TYPE_CHECKING, Literal
 
 from flatshare.colocation.results import ConditionResult, SeedComparisonRow
 
@@ -27,18 +37,42 @@ if TYPE_CHECKING:
 
 RELATIVE_TOLERANCE = 0.25
 SHARE_TOLERANCE = 0.10
+FIT_CONDITIONS = ("alone", "vllm-priority")
+"""The only conditions the seed fit runs and its loss reads."""
 
 Getter = Callable[["ColocationSummary"], float | None]
+Format = Literal["g", "pct", "one_in", "x"]  # how a figure is shown: 3 digits, a percentage, 1 in N, a factor
 _FIELDS = {f.name for f in dataclasses.fields(ConditionResult)}
+
+
+class RowKind(StrEnum):
+    FITTED = "fitted"
+    CALIBRATED = "calibrated"
+    PREDICTION = "prediction"
 
 
 @dataclass(frozen=True)
 class SeedRow:
+    """One figure of the seed's table. `share`: a share of turns over target, compared in points, not as a
+    ratio. `turn`: a voice turn's time, judged on its engine time (less the fixed pipeline). `said`: the
+    seed's own words for its figure, shown instead of the number; `fmt`: how figures are shown.
+
+    ValueError when a fitted row reads anything but one figure of one of `FIT_CONDITIONS`."""
+
     row: str
     seed: float
     get: Getter
-    fitted: bool = False
-    share: bool = False  # a share of turns over target: compared in points, not as a ratio
+    kind: RowKind = RowKind.PREDICTION
+    share: bool = False
+    turn: bool = False
+    said: str = ""
+    fmt: Format = "g"
+
+    def __post_init__(self) -> None:
+        if self.kind is RowKind.FITTED and not (
+            isinstance(self.get, _Field) and self.get.condition in FIT_CONDITIONS
+        ):
+            raise ValueError(f"seed table: fitted row {self.row!r} must read one figure of {FIT_CONDITIONS}")
 
 
 @dataclass(frozen=True)
@@ -95,42 +129,63 @@ def _pooled_over_target(condition: str) -> Getter:
     return get
 
 
+F, C = RowKind.FITTED, RowKind.CALIBRATED
 SEED_ROWS = (
-    SeedRow("stock vLLM (priority): voice turn p95 s", 10.48, _m("vllm-priority", "voice_turn_p95_s"), True),
-    SeedRow("stock vLLM: voice turn median s", 4.61, _m("vllm-priority", "voice_turn_p50_s"), True),
-    SeedRow("stock vLLM: turns over target", 0.90, _m("vllm-priority", "voice_over_target_frac"), True, True),
-    SeedRow("stock vLLM: turns over 10 s", 1 / 14, _m("vllm-priority", "voice_over_10s_frac"), True),
     SeedRow(
-        "stock vLLM: mean wait for the first token s", 2.81, _m("vllm-priority", "voice_ttft_mean_s"), True
+        "stock vLLM (priority): voice turn p95 s",
+        10.48,
+        _m("vllm-priority", "voice_turn_p95_s"),
+        F,
+        turn=True,
     ),
+    SeedRow("stock vLLM: voice turn median s", 4.61, _m("vllm-priority", "voice_turn_p50_s"), F, turn=True),
+    SeedRow(
+        "stock vLLM: turns over target",
+        0.90,
+        _m("vllm-priority", "voice_over_target_frac"),
+        F,
+        True,
+        fmt="pct",
+    ),
+    SeedRow(
+        "stock vLLM: turns over 10 s", 1 / 14, _m("vllm-priority", "voice_over_10s_frac"), F, fmt="one_in"
+    ),
+    SeedRow("stock vLLM: mean wait for the first token s", 2.81, _m("vllm-priority", "voice_ttft_mean_s"), F),
     SeedRow(
         "stock vLLM: mean time to decode the first sentence s",
         1.07,
         _m("vllm-priority", "stage_first_sentence_mean_s"),
-        True,
+        F,
     ),
-    SeedRow("voice alone: turn p95 s", 1.8, _m("alone", "voice_turn_p95_s"), True),
-    SeedRow("voice alone: mean wait for the first token s", 0.09, _m("alone", "voice_ttft_mean_s")),
+    SeedRow("voice alone: turn p95 s", 1.8, _m("alone", "voice_turn_p95_s"), F, turn=True),
+    SeedRow("voice alone: mean wait for the first token s", 0.09, _m("alone", "voice_ttft_mean_s"), C),
     SeedRow(
         "voice alone: mean time to decode the first sentence s",
         0.22,
         _m("alone", "stage_first_sentence_mean_s"),
+        C,
     ),
     SeedRow(
         "preemption only: mean wait for the first token s", 0.78, _m("make-room-preempt", "voice_ttft_mean_s")
     ),
-    SeedRow("preemption only: voice turn p95 s", 5.1, _m("make-room-preempt", "voice_turn_p95_s")),
-    SeedRow("make-room T=16: voice turn p95 s", 3.1, _m("make-room-t16", "voice_turn_p95_s")),
-    SeedRow("make-room T=48: voice turn p95 s", 2.24, _m("make-room-t48", "voice_turn_p95_s")),
-    SeedRow("make-room T=48: voice turn median s", 1.96, _m("make-room-t48", "voice_turn_p50_s")),
+    SeedRow("preemption only: voice turn p95 s", 5.1, _m("make-room-preempt", "voice_turn_p95_s"), turn=True),
+    SeedRow("make-room T=16: voice turn p95 s", 3.1, _m("make-room-t16", "voice_turn_p95_s"), turn=True),
+    SeedRow("make-room T=48: voice turn p95 s", 2.24, _m("make-room-t48", "voice_turn_p95_s"), turn=True),
+    SeedRow("make-room T=48: voice turn median s", 1.96, _m("make-room-t48", "voice_turn_p50_s"), turn=True),
     SeedRow(
-        "make-room T=48: turns over target", 0.32, _m("make-room-t48", "voice_over_target_frac"), share=True
+        "make-room T=48: turns over target",
+        0.32,
+        _m("make-room-t48", "voice_over_target_frac"),
+        share=True,
+        fmt="pct",
     ),
     SeedRow("make-room T=48: agent throughput vs stock", 0.97, _m("make-room-t48", "agent_throughput_ratio")),
     SeedRow(
         "make-room T=48: agents' slowest first token vs stock",
         1.0,
         _ratio(_m("make-room-t48", "agent_ttft_max_s"), _m("vllm-priority", "agent_ttft_max_s")),
+        said="about the same",
+        fmt="x",
     ),
     SeedRow("40th token of a 40-token reply, T=16 (median) s", 3.76, _nth("make-room-t16", 40)),
     SeedRow("40th token of a 40-token reply, T=48 (median) s", 1.04, _nth("make-room-t48", 40)),
@@ -140,6 +195,8 @@ SEED_ROWS = (
         _ratio(
             _m("make-room-t48-256", "voice_over_target_frac"), _m("make-room-t48", "voice_over_target_frac")
         ),
+        said="halved",
+        fmt="x",
     ),
     SeedRow(
         "256-token steps: agent throughput vs 512 (T=48)",
@@ -155,50 +212,47 @@ SEED_ROWS = (
         "every fix (T=48, decode hold, 256-token steps), 4 and 6 callers: turns over target",
         16 / 720,
         _pooled_over_target("make-room-t48-256-decode"),
+        said="16 of 720 (2.2%)",
+        fmt="pct",
     ),
 )
+SEED_ROW_BY_NAME = {r.row: r for r in SEED_ROWS}
 
 
-def _hit(row: SeedRow, value: float) -> bool:
+def _within(row: SeedRow, value: float, seed: float) -> bool:
     if row.share:
-        return abs(value - row.seed) <= SHARE_TOLERANCE
-    return abs(value - row.seed) <= RELATIVE_TOLERANCE * abs(row.seed)
+        return abs(value - seed) <= SHARE_TOLERANCE
+    return abs(value - seed) <= RELATIVE_TOLERANCE * abs(seed)
 
 
 def seed_comparison(summary: ColocationSummary) -> tuple[SeedComparisonRow, ...]:
-    """One entry per seed row; `flatshare`, `ratio` and `hit` are None when the run lacks the condition."""
+    """One entry per seed row; `flatshare`, `ratio` and `hit` are None when the run lacks the condition.
+    Turn rows carry their engine time (less `summary.voice_pipeline_fixed_s`, seed and flatshare) and are
+    judged on it."""
     out = []
+    pipeline = summary.voice_pipeline_fixed_s
     for row in SEED_ROWS:
         value = row.get(summary)
         ci = row.get.ci(summary) if isinstance(row.get, _Field) and value is not None else None
+        seed_engine = engine = None
+        if row.turn:
+            seed_engine = round(row.seed - pipeline, 4)
+            engine = None if value is None else round(float(value) - pipeline, 4)
+        judged, against = (engine, seed_engine) if seed_engine is not None else (value, row.seed)
         out.append(
             SeedComparisonRow(
                 row=row.row,
                 seed=round(row.seed, 4),
                 flatshare=None if value is None else round(float(value), 4),
                 ratio=None if value is None else round(float(value) / row.seed, 3),
-                fitted=row.fitted,
-                hit=None if value is None else _hit(row, float(value)),
+                kind=row.kind,
+                hit=None if judged is None else _within(row, float(judged), against),
                 ci=ci,
+                seed_engine_s=seed_engine,
+                engine_s=engine,
             )
         )
     return tuple(out)
-
-
-def seed_table_lines(rows: tuple[SeedComparisonRow, ...]) -> list[str]:
-    """The comparison as a markdown table."""
-    lines = [
-        "| row | seed | flatshare | 95% CI (calls resampled) | ratio | fitted or predicted | within 25% (10 points) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        value = "-" if r.flatshare is None else f"{r.flatshare:.3g}"
-        ci = "-" if r.ci is None else f"{r.ci[0]:.3g}-{r.ci[1]:.3g}"
-        ratio = "-" if r.ratio is None else f"{r.ratio:.2f}"
-        hit = "-" if r.hit is None else ("yes" if r.hit else "**no**")
-        kind = "fitted" if r.fitted else "predicted"
-        lines.append(f"| {r.row} | {r.seed:.3g} | {value} | {ci} | {ratio} | {kind} | {hit} |")
-    return lines
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Summary of a co-location experiment, computed from saved runs only, as typed results
 (`flatshare.colocation.results`); `summary.json` is `ColocationSummary.to_json()`.
 
-`summary.json` schema (version 1): `version`, `target_s` and `conditions` for the first (smallest)
+`summary.json` schema (version 2; version 1's seed rows had `fitted` where 2 has `kind`): `version`, `target_s` and `conditions` for the first (smallest)
 caller count, and `by_callers.<n>` with `target_s` and `conditions` for each caller count. Under
 `conditions.<key>`: `n_runs`, `n_voice_turns`, `voice_failed_turns`, `voice_turn_p50_s`,
 `voice_turn_p95_s`, `voice_turn_p95_ci` ([low, high], 95% bootstrap over turns), `voice_turn_p99_s`,
@@ -18,7 +18,10 @@ baseline's counters, mean per run: an engine-side baseline scheduler's and a gat
 `flatshare.gateway.baselines`; empty for stock vLLM), `per_seed_voice_p95_s`,
 `paired_vs_vllm_priority` (`mean_difference_s`, `t`, `p_value`, `n`), `nth_token_median_s` and
 `nth_token_p95_s` (median and p95 time from send to the n-th output token, n = 1..40, over replies at
-least n long), `seed_comparison` (the first seed's table beside these figures: `flatshare.colocation.seed_table`),
+least n long), `seed_comparison` (the first seed's table beside these figures, `flatshare.colocation.seed_table`:
+per row `row`, `seed`, `flatshare`, `ratio`, `ci`, `kind` (`fitted`, `calibrated` or `prediction`), `hit`, and
+for voice-turn rows `seed_engine_s` and `engine_s`, the turn less the fixed voice pipeline, on which they are
+judged),
 `voice_wait_parts_mean_s` (mean seconds of each turn's time before its first token by part,
 `flatshare.sim.waits.WAIT_PARTS`, over turns with a first token and a ledger; the parts add up to
 `voice_wait_total_mean_s`, the mean time to first token of the same turns) and `voice_wait_kv_share`
@@ -29,8 +32,10 @@ least n long), `seed_comparison` (the first seed's table beside these figures: `
 from __future__ import annotations
 
 import dataclasses
+import json
 import statistics
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,7 +48,7 @@ from flatshare.errors import InputError
 from flatshare.lab.stats import bootstrap_ci, cluster_bootstrap_ci, paired_ttest, percentile
 from flatshare.sim.waits import WAIT_PARTS
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
 TARGET_MARGIN_S = 0.25
 BASELINE = "vllm-priority"
 NTH_TOKENS = 40
@@ -249,4 +254,11 @@ def summarize(
         by_callers=by_callers,
         setup=setup,
     )
+    return dataclasses.replace(summary, seed_comparison=seed_comparison(summary))
+
+
+def load_summary(path: Path) -> ColocationSummary:
+    """A `summary.json` (version 1 or 2) as written, its seed rows derived again from its measurements by
+    today's seed table (so an older file reads with today's row kinds and tolerances)."""
+    summary = ColocationSummary.from_json(json.loads(path.read_text()))
     return dataclasses.replace(summary, seed_comparison=seed_comparison(summary))
