@@ -12,7 +12,12 @@ seed-fit-kv.md the KV cache against four tier sizes, and seed-fit-prefill-cap.md
 other values. A table without a parameter's column ran at its default (`_unlisted`).
 
 `refine`: re-runs the best points of a `fit` table with more seeds and longer runs (the grid's ranking is
-noisy at 2 seeds), ranked the same way.
+noisy at 2 seeds), ranked the same way. Both give each point's loss a standard error (`noise`, from halving
+the seeds).
+
+`spread`: the near-optimal set of a `refine` table (every point whose loss is within twice the noise of the
+best's) run through the whole co-location plan beside an experiment at the preset, into its `spread/`
+folder; its report's seed rows then carry their range over the set (`spread_low`, `spread_high`).
 
 `sensitivity`: from the preset (`flatshare.colocation.setup.SEED`), changes one parameter at a time and
 reports the stock baseline's and make-room T=48's voice p95, turns over target and KV share of the wait.
@@ -33,6 +38,8 @@ reports the stock baseline's and make-room T=48's voice p95, turns over target a
     .venv/bin/python tools/seed_fit.py refine --grid docs/results/colocation/seed-fit.md --top 8 \
         --seeds 5 --duration 600 --out docs/results/colocation/seed-fit-refined.md
     .venv/bin/python tools/seed_fit.py sensitivity --out docs/results/colocation/sensitivity.md
+    .venv/bin/python tools/seed_fit.py spread --grid docs/results/colocation/seed-fit-refit-refined.md \
+        --experiment out/colocation --seeds 2 --duration 300 --drain 60   (the quick run's near-optimal spread)
 
 Both write a markdown table (and print it); runs go to a temporary folder.
 """
@@ -41,6 +48,8 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
+import random
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -48,6 +57,7 @@ from typing import Any
 
 from flatshare.colocation.experiment import MAIN_CONDITIONS, ColocationPlan, run_plan
 from flatshare.colocation.fit_loss import FITTED_ROWS, fit_plan, loss
+from flatshare.colocation.report import SPREAD_FOLDER, build_report
 from flatshare.colocation.results import ColocationSummary
 from flatshare.colocation.runs import load_runs
 from flatshare.colocation.setup import SEED, Setup
@@ -58,7 +68,7 @@ GRID: dict[str, tuple[Any, ...]] = {
     "cpu_tier_tokens": (8192, 16384, 24576, 32768, 49152, 65536, 98304, 131072, 262144),
     "reserve_full_isl": (True, False),
     "api_latency_s": (0.0, 0.03, 0.06, 0.09),
-    "voice_system_tokens": (600, 2000, 4000),
+    "voice_system_tokens": (600, 2000, 4000, 5000, 6000, 8000),
     "kv_tokens": (40960, 43008, 45056, 47104, 49152),
     "long_prefill_token_threshold": (0, 128, 256),
 }
@@ -80,9 +90,29 @@ SENSITIVITY: tuple[tuple[str, Any], ...] = (
 
 
 def _run(plan: ColocationPlan) -> ColocationSummary:
+    return _run_with_noise(plan, splits=0)[0]
+
+
+def _run_with_noise(plan: ColocationPlan, splits: int = 8) -> tuple[ColocationSummary, float | None]:
+    """The plan's summary, and the standard error of its loss: over `splits` random halvings of the seeds,
+    the root mean square of the two halves' loss difference, halved (the difference of two independent
+    half-sample losses has twice a half's variance, which is twice the whole sample's). None under 4 seeds
+    or with `splits` 0."""
     with tempfile.TemporaryDirectory(prefix="flatshare-seed-fit-") as tmp:
         run_plan(Path(tmp), plan)
-        return summarize(load_runs(Path(tmp)))
+        runs = load_runs(Path(tmp))
+    summary = summarize(runs)
+    seeds = sorted({run.seed for run in runs})
+    if splits == 0 or len(seeds) < 4:
+        return summary, None
+    rng = random.Random(0)
+    squares = []
+    for _ in range(splits):
+        half = set(rng.sample(seeds, len(seeds) // 2))
+        a = summarize([r for r in runs if r.seed in half])
+        b = summarize([r for r in runs if r.seed not in half])
+        squares.append((loss(a) - loss(b)) ** 2)
+    return summary, math.sqrt(sum(squares) / len(squares)) / 2
 
 
 def _summary(setup: Setup, keys: Iterable[str], seeds: int, duration: float) -> ColocationSummary:
@@ -103,21 +133,43 @@ def _rank(points: Iterable[tuple[Any, ...]], seeds: int, duration: float, title:
     results = []
     for values in points:
         setup = SEED.with_changes(**dict(zip(names, values, strict=True)))
-        summary = _run(fit_plan(setup, seeds, duration))
-        results.append((loss(summary), values, _fitted_cells(summary)))
-        print(f"{loss(summary):8.3f}  {dict(zip(names, values, strict=True))}", flush=True)
+        summary, noise = _run_with_noise(fit_plan(setup, seeds, duration))
+        results.append((loss(summary), noise, values, _fitted_cells(summary)))
+        print(
+            f"{loss(summary):8.3f} +- {noise or 0:.3f}  {dict(zip(names, values, strict=True))}", flush=True
+        )
     seed_cells = [f"{row.seed:.3g}" for row in FITTED_ROWS]
     lines = [
         f"{title} on the seed's stock rows ({seeds} seeds x {duration:.0f} virtual s, 2 callers, "
-        f"{_mode(SEED)}); lower loss is closer.",
+        f"{_mode(SEED)}); lower loss is closer. `noise`: the loss's standard error from halving the seeds "
+        "(`_run_with_noise`).",
         "",
-        "| loss | " + " | ".join(names) + " | " + " | ".join(header) + " |",
-        "|---" * (len(names) + len(header) + 1) + "|",
-        "| seed | " + " | ".join("" for _ in names) + " | " + " | ".join(seed_cells) + " |",
+        "| loss | noise | " + " | ".join(names) + " | " + " | ".join(header) + " |",
+        "|---" * (len(names) + len(header) + 2) + "|",
+        "| seed | | " + " | ".join("" for _ in names) + " | " + " | ".join(seed_cells) + " |",
     ]
-    for value, point, cells in sorted(results, key=lambda r: r[0]):
-        lines.append(f"| {value:.3f} | " + " | ".join(map(str, point)) + " | " + " | ".join(cells) + " |")
+    for value, noise, point, cells in sorted(results, key=lambda r: r[0]):
+        shown = "-" if noise is None else f"{noise:.3f}"
+        lines.append(
+            f"| {value:.3f} | {shown} | " + " | ".join(map(str, point)) + " | " + " | ".join(cells) + " |"
+        )
     return lines
+
+
+def _table_points(grid_table: Path) -> list[tuple[float, float | None, tuple[Any, ...]]]:
+    """A `fit`/`refine` table's rows as (loss, noise or None, grid point), best first."""
+    lines = grid_table.read_text().splitlines()
+    header = next((line for line in lines if line.startswith("| loss |")), None)
+    if header is None:
+        raise SystemExit(f"--grid: {grid_table} has no `| loss | ...` table")
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    out = []
+    for line in (line for line in lines if line.startswith("| ") and line[2].isdigit()):
+        cells = dict(zip(columns, (c.strip() for c in line.strip("|").split("|")), strict=False))
+        point = tuple(_typed(name, cells[name]) if name in cells else _unlisted(name) for name in GRID)
+        noise = cells.get("noise")
+        out.append((float(cells["loss"]), float(noise) if noise not in (None, "", "-") else None, point))
+    return sorted(out, key=lambda row: row[0])
 
 
 def _mode(setup: Setup) -> str:
@@ -171,17 +223,41 @@ def _unlisted(name: str) -> Any:
 
 def refine(grid_table: Path, top: int, seeds: int, duration: float) -> list[str]:
     """Re-run the `top` points of a `fit` table with more seeds and longer runs."""
-    lines = grid_table.read_text().splitlines()
-    header = next((line for line in lines if line.startswith("| loss |")), None)
-    if header is None:
-        raise SystemExit(f"--grid: {grid_table} has no `| loss | ...` table")
-    columns = [c.strip() for c in header.strip("|").split("|")]
-    rows = [line for line in lines if line.startswith("| ") and line[2].isdigit()]
-    points = []
-    for line in rows[:top]:
-        cells = dict(zip(columns, (c.strip() for c in line.strip("|").split("|")), strict=False))
-        points.append(tuple(_typed(name, cells[name]) if name in cells else _unlisted(name) for name in GRID))
+    points = [point for _, _, point in _table_points(grid_table)[:top]]
     return _rank(points, seeds, duration, f"The {top} best grid points re-run")
+
+
+def near_optimal(grid_table: Path) -> list[tuple[Any, ...]]:
+    """The points of a `refine` table whose loss is within the noise of the best: less than the best's
+    loss plus twice the larger of the two points' standard errors (about a 95% band on their difference)."""
+    rows = _table_points(grid_table)
+    best, best_noise, _ = rows[0]
+    if best_noise is None:
+        raise SystemExit(f"--grid: {grid_table} has no noise column (re-run it with `refine`)")
+    return [point for value, noise, point in rows if value - best <= 2 * max(best_noise, noise or 0.0)]
+
+
+def spread(
+    grid_table: Path, experiment: Path, callers: tuple[int, ...], seeds: int, duration: float
+) -> list[str]:
+    """Run the co-location plan at every near-optimal point but the preset into `experiment/spread/<point>`
+    and rebuild `experiment`'s report, whose seed rows then carry their range over the set."""
+    if not (experiment / "runs").is_dir():
+        raise SystemExit(f"--experiment: {experiment} has no runs/ (run the preset's experiment there first)")
+    names = list(GRID)
+    preset = tuple(getattr(SEED, name) if name != "kv_tokens" else SEED.kv_tokens for name in names)
+    points = [p for p in near_optimal(grid_table) if p != preset]
+    lines = [f"Near-optimal set of {grid_table.name}: the preset and {len(points)} other point(s).", ""]
+    for point in points:
+        changes = {n: v for n, v in zip(names, point, strict=True) if getattr(SEED, n) != v}
+        label = ",".join(f"{n}={v}" for n, v in changes.items())
+        plan = ColocationPlan(
+            callers=callers, seeds=seeds, duration_s=duration, setup=SEED.with_changes(**changes)
+        )
+        run_plan(experiment / SPREAD_FOLDER / label, plan)
+        lines.append(f"- {label}")
+    build_report(experiment)
+    return lines
 
 
 def _sensitivity_row(label: str, summary: ColocationSummary) -> str:
@@ -225,7 +301,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=("fit", "refine", "sensitivity"))
+    parser.add_argument("mode", choices=("fit", "refine", "sensitivity", "spread"))
+    parser.add_argument("--experiment", type=Path, help="spread: the preset's co-location experiment folder")
+    parser.add_argument("--callers", default="2", help="spread: caller counts, comma-separated")
+    parser.add_argument(
+        "--drain", type=float, default=120.0, help="spread: the experiment's drain (quick: 60)"
+    )
     parser.add_argument("--grid", type=Path, help="refine: the table `fit` wrote")
     parser.add_argument("--top", type=int, default=6)
     parser.add_argument("--seeds", type=int, default=2)
@@ -243,6 +324,11 @@ def main() -> None:
         parser.error("--fix: only with fit")
     if args.mode == "refine":
         lines = refine(args.grid, args.top, args.seeds, args.duration)
+    elif args.mode == "spread":
+        if args.grid is None or args.experiment is None:
+            parser.error("spread: needs --grid (a refine table) and --experiment")
+        counts = tuple(int(c) for c in args.callers.split(","))
+        lines = spread(args.grid, args.experiment, counts, args.seeds, args.duration, args.drain)
     elif args.mode == "fit":
         lines = fit(args.seeds, args.duration, dict(_grid_values(item) for item in args.fix))
     else:

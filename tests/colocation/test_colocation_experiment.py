@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from typer.testing import CliRunner
 from flatshare.cli import app
 from flatshare.colocation.experiment import BASELINE_CONDITIONS, MAIN_CONDITIONS, ColocationPlan, run_plan
 from flatshare.colocation.report import build_report
-from flatshare.colocation.summary import SUMMARY_VERSION
+from flatshare.colocation.summary import SUMMARY_VERSION, load_summary
 from flatshare.listen.speech import missing_tools
 
 pytestmark = pytest.mark.vllm
@@ -152,3 +153,23 @@ def test_a_kv_cache_smaller_than_the_max_model_length_stops_before_any_run(tmp_p
     assert result.exit_code != 0
     assert "max_model_len 16384 does not fit the KV cache" in result.output
     assert not (out / "runs").exists()
+
+
+def test_runs_under_spread_give_every_seed_row_its_range_over_the_near_optimal_set(tmp_path: Path) -> None:
+    conditions = tuple(c for c in MAIN_CONDITIONS if c.key in ("alone", "vllm-priority"))
+    plan = ColocationPlan(
+        callers=(2,), agents=2, seeds=1, duration_s=60.0, drain_s=20.0, conditions=conditions, workers=1
+    )
+    run_plan(tmp_path, plan)
+    other = dataclasses.replace(plan, setup=plan.setup.with_changes(api_latency_s=0.2))
+    run_plan(tmp_path / "spread" / "api_latency_s=0.2", other)
+    summary = build_report(tmp_path)
+    rows = {r.row: r for r in summary.seed_comparison}
+    wait = rows["voice alone: mean wait for the first token s"]
+    assert wait.flatshare is not None and wait.spread_low == wait.flatshare
+    assert (
+        wait.spread_high is not None and wait.spread_high > wait.flatshare + 0.1
+    )  # the other point's API pass
+    assert rows["make-room T=48: voice turn p95 s"].spread_low is None  # a row the runs lack has none
+    assert load_summary(tmp_path / "summary.json").seed_comparison == summary.seed_comparison
+    assert "spread over the near-optimal set" in (tmp_path / "report.md").read_text()

@@ -8,20 +8,11 @@ from typing import Any
 
 import pytest
 
-from flatshare.colocation.results import CallerResult, ColocationSummary, ConditionResult, SeedComparisonRow
+from flatshare.colocation.results import CallerResult, ColocationSummary, SeedComparisonRow
 from flatshare.colocation.seed_markdown import seed_counts_line, seed_table_lines
-from flatshare.colocation.seed_table import SEED_ROWS, RowKind, SeedRow, seed_comparison
+from flatshare.colocation.seed_table import SEED_ROWS, RowKind, SeedRow, seed_comparison, spreads_over
 from flatshare.colocation.setup import SEED, UNSTATED, Setup, unstated_lines
-
-
-def _condition(**fields: Any) -> ConditionResult:
-    """A condition with only `fields` measured (counts 0, figures None)."""
-    empty: dict[str, Any] = {}
-    for f in dataclasses.fields(ConditionResult):
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            empty[f.name] = 0 if f.type == "int" else () if f.type.startswith("tuple[Seconds, ...]") else None
-    empty["make_room"] = empty["baseline_counters"] = {}
-    return ConditionResult(**{**empty, **fields})
+from summarykit import condition as _condition
 
 
 def _summary(**priority: float) -> ColocationSummary:
@@ -65,6 +56,8 @@ def test_rows_carry_seed_value_ratio_kind_and_engine_time() -> None:
         "ci": None,
         "seed_engine_s": 9.23,
         "engine_s": 8.75,
+        "spread_low": None,
+        "spread_high": None,
     }
     over_10s = rows["stock vLLM: turns over 10 s"]
     assert over_10s.ci == (0.002, 0.03) and over_10s.hit is False  # a hit is judged on the figure alone
@@ -159,3 +152,33 @@ def test_a_run_from_before_a_setup_field_ran_at_its_default_and_is_still_the_pre
 def test_setup_rejects_bad_values(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         Setup(**bad)
+
+
+def test_the_preset_under_another_step_model_says_its_fitted_rows_are_that_models_predictions() -> None:
+    lines = unstated_lines(SEED.with_changes(profile="llama3-8b-24gb-roofline").to_json())
+    assert "under another step model (`llama3-8b-24gb-roofline`)" in lines[-1]
+    assert not any(line.startswith("| parameter |") for line in lines)
+
+
+def test_a_spread_that_holds_the_source_documents_figure_is_a_hit_where_the_point_misses() -> None:
+    summary = _summary(voice_ttft_mean_s=2.0)  # 2.0 against the document's 2.81: outside 25%
+    near = _summary(voice_ttft_mean_s=3.2)
+    rows = {r.row: r for r in seed_comparison(summary, spreads_over(summary, [near]))}
+    wait = rows["stock vLLM: mean wait for the first token s"]
+    assert (wait.flatshare, wait.spread_low, wait.spread_high, wait.hit) == (2.0, 2.0, 3.2, True)
+    assert {r.row: r for r in seed_comparison(summary)}[
+        "stock vLLM: mean wait for the first token s"
+    ].hit is False
+    far = _summary(voice_ttft_mean_s=1.5)
+    rows = {r.row: r for r in seed_comparison(summary, spreads_over(summary, [far]))}
+    assert rows["stock vLLM: mean wait for the first token s"].hit is False  # 1.5-2.0: not within 25% of 2.81
+
+
+def test_a_turn_rows_spread_is_judged_on_engine_time() -> None:
+    summary = _summary(voice_turn_p95_s=8.0)  # engine 6.75 against the document's 9.23: a miss on its own
+    rows = {
+        r.row: r for r in seed_comparison(summary, spreads_over(summary, [_summary(voice_turn_p95_s=9.0)]))
+    }
+    p95 = rows["stock vLLM (priority): voice turn p95 s"]
+    assert (p95.spread_low, p95.spread_high) == (8.0, 9.0)
+    assert p95.hit is True  # engine 7.75 at the high end is within 25% of 9.23

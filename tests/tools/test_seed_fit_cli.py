@@ -111,13 +111,42 @@ def test_every_grid_point_runs_alone_and_vllm_priority_only_and_is_ranked_by_the
     full_run = load_summary(Path(__file__).resolve().parents[2] / "docs/results/colocation/summary.json")
     plans = []
 
-    def run(plan: object) -> object:
+    def run(plan: object, splits: int = 8) -> tuple[object, float]:
         plans.append(plan)
-        return full_run
+        return full_run, 0.01
 
-    monkeypatch.setattr(seed_fit, "_run", run)
+    monkeypatch.setattr(seed_fit, "_run_with_noise", run)
     lines = seed_fit.fit(1, 1.0, {name: values[:1] for name, values in seed_fit.GRID.items()})
     assert len(plans) == 1 and sorted(c.key for c in plans[0].conditions) == sorted(FIT_CONDITIONS)
     header = next(line for line in lines if line.startswith("| loss |"))
-    assert header.count("|") == len(seed_fit.GRID) + len(FITTED_ROWS) + 2
-    assert lines[-1].startswith(f"| {seed_fit.loss(full_run):.3f} |")
+    assert header.count("|") == len(seed_fit.GRID) + len(FITTED_ROWS) + 3  # loss, noise, grid, rows
+    assert lines[-1].startswith(f"| {seed_fit.loss(full_run):.3f} | 0.010 |")
+
+
+def test_the_near_optimal_set_is_every_point_within_twice_the_noise_of_the_best(
+    seed_fit: ModuleType, tmp_path: Path
+) -> None:
+    table = tmp_path / "refined.md"
+    names = " | ".join(seed_fit.GRID)
+    table.write_text(
+        f"| loss | noise | {names} | turn p95 s |\n|---|---|\n"
+        "| 0.54 | 0.040 | 16384 | 65536 | False | 0.06 | 6000 | 45056 | 0 | 9 |\n"
+        "| 0.45 | 0.050 | 16384 | 65536 | False | 0.06 | 4000 | 45056 | 0 | 9 |\n"
+        "| 0.52 | 0.040 | 16384 | 32768 | False | 0.06 | 4000 | 45056 | 0 | 9 |\n"
+        "| 0.90 | 0.100 | 16384 | 24576 | False | 0.06 | 4000 | 47104 | 0 | 9 |\n"
+    )
+    assert seed_fit.near_optimal(table) == [
+        (16384, 65536, False, 0.06, 4000, 45056, 0),
+        (16384, 32768, False, 0.06, 4000, 45056, 0),
+        (16384, 65536, False, 0.06, 6000, 45056, 0),
+    ]  # 0.90 - 0.45 is more than twice its 0.100
+
+
+def test_a_table_without_noise_has_no_near_optimal_set(seed_fit: ModuleType, tmp_path: Path) -> None:
+    table = tmp_path / "old.md"
+    names = " | ".join(seed_fit.GRID)
+    table.write_text(
+        f"| loss | {names} |\n|---|\n| 0.45 | 16384 | 65536 | False | 0.06 | 4000 | 45056 | 0 |\n"
+    )
+    with pytest.raises(SystemExit, match="no noise column"):
+        seed_fit.near_optimal(table)

@@ -100,6 +100,13 @@ def experiment_colocation(
             f"[seed preset: {SEED.long_prefill_token_threshold}]."
         ),
     ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="Step-time model: a shipped profile or a profile file (docs/step-model.md) "
+            f"[seed preset: {SEED.profile}]."
+        ),
+    ] = None,
     conditions: Annotated[
         str | None, typer.Option(help="Only these conditions, comma-separated keys [all].")
     ] = None,
@@ -118,12 +125,14 @@ def experiment_colocation(
     )
     from flatshare.colocation.report import build_report
     from flatshare.lab.executors import make_executor
+    from flatshare.sim.profile import load_profile
 
     rules = {"full-prompt": True, "first-chunk": False, None: SEED.reserve_full_isl}
     try:
         if admission not in rules:
             raise ValueError(f"--admission must be full-prompt or first-chunk, got {admission!r}")
         given = {
+            "profile": profile,
             "max_model_len": max_model_len,
             "kv_tokens": kv_tokens,
             "cpu_tier_tokens": cpu_tier_tokens,
@@ -146,6 +155,7 @@ def experiment_colocation(
             plan = dataclasses.replace(plan, workers=workers)
         if conditions is not None:
             plan = dataclasses.replace(plan, conditions=pick_conditions(conditions))
+        load_profile(setup.profile)  # an unknown profile is refused before any run
         engine_config(plan.conditions[0], setup)  # the engine's own checks (max model length vs KV), now
         pool = make_executor(executor, workers, ray_address)
     except InputError as exc:
@@ -318,3 +328,27 @@ def report(
     except InputError as exc:
         fail(str(exc))
     typer.echo(f"report: {out / 'report.md'}")
+
+
+@app.command()
+def compare(
+    first: Annotated[Path, typer.Argument(help="A co-location experiment folder (with summary.json).")],
+    second: Annotated[Path, typer.Argument(help="Another one, of the same plan (e.g. another step model).")],
+    out: Annotated[Path | None, typer.Option(help="Write the markdown here [print it].")] = None,
+) -> None:
+    """Two co-location experiments side by side: setup differences, the conclusions that flip between
+    them, the source document's table and every condition's headlines under both."""
+    from flatshare import safeout
+    from flatshare.colocation.compare import label, render
+    from flatshare.colocation.summary import load_summary
+
+    try:
+        a, b = (load_summary(folder / "summary.json") for folder in (first, second))
+        text = "\n".join(render(a, b, label(a, first), label(b, second))) + "\n"
+        if out is None:
+            typer.echo(text, nl=False)
+        else:
+            safeout.write_text(out, text)
+            typer.echo(f"comparison: {out}")
+    except InputError as exc:
+        fail(str(exc))

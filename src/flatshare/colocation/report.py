@@ -252,12 +252,29 @@ def write_report(
     safeout.write_text(out / "report.md", "\n".join(lines) + "\n")
 
 
+def _shared_setup(runs: list[SavedRun]) -> dict[str, Any] | None:
+    setups = {json.dumps(run.engine.get("setup"), sort_keys=True) for run in runs}
+    return json.loads(setups.pop()) if len(setups) == 1 else None
+
+
+SPREAD_FOLDER = "spread"
+
+
+def _near_optimal(out: Path, pipeline: VoicePipeline) -> list[ColocationSummary]:
+    """The summaries of `out/spread/<point>/runs`: the same plan at the other points of the seed fit's
+    near-optimal set (`tools/seed_fit.py spread` writes them); none when the folder is absent."""
+    folder = out / SPREAD_FOLDER
+    if not folder.is_dir():
+        return []
+    points = sorted(p for p in folder.iterdir() if (p / "runs").is_dir())
+    return [summarize(load_runs(p), pipeline) for p in points]
+
+
 def build_report(out: Path) -> ColocationSummary:
     """(Re)build summary.json, report.md and the figures from `out/runs` alone."""
     runs = load_runs(out)
     pipeline = VoicePipeline()
-    setups = {json.dumps(run.engine.get("setup"), sort_keys=True) for run in runs}
-    summary = summarize(runs, pipeline, setup=json.loads(setups.pop()) if len(setups) == 1 else None)
+    summary = summarize(runs, pipeline, setup=_shared_setup(runs), near_optimal=_near_optimal(out, pipeline))
     safeout.write_text(out / "summary.json", json.dumps(summary.to_json(), indent=2, sort_keys=True) + "\n")
     figures.tail_figure(summary, out / "tail.png")
     figures.sweep_figure(summary, out / "window_sweep.png")

@@ -107,7 +107,8 @@ class SeedComparisonRow:
     `calibrated` (pinned by a choice made to match it) or `prediction` (`flatshare.colocation.seed_table.
     RowKind`). `seed_engine_s`/`engine_s`: for a voice-turn row, the seed's and flatshare's turn less the
     fixed voice pipeline (None for other rows); such a row's `hit` is judged on them, any other's on
-    `flatshare` alone.
+    `flatshare` alone. `spread_low`/`spread_high`: the figure's range over the seed fit's near-optimal set
+    (`flatshare.colocation.seed_table.seed_comparison`); with them, `hit` is judged on the range.
     """
 
     row: str
@@ -119,6 +120,8 @@ class SeedComparisonRow:
     ci: tuple[float, float] | None = None  # flatshare's 95% interval, resampling whole calls
     seed_engine_s: float | None = None
     engine_s: float | None = None
+    spread_low: float | None = None  # lowest and highest over the fit's near-optimal set (None: no set run)
+    spread_high: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

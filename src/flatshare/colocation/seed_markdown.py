@@ -15,7 +15,7 @@ HEADER = (
 )
 
 
-def _format(row: str) -> Format:
+def row_format(row: str) -> Format:
     found = SEED_ROW_BY_NAME.get(row)
     return "g" if found is None else found.fmt
 
@@ -40,11 +40,11 @@ def _interval(ci: tuple[float, float], fmt: Format) -> str:
     return f"{shown(low, fmt)}-{shown(high, fmt)}"
 
 
-def _seed(r: SeedComparisonRow) -> str:
+def seed_shown(r: SeedComparisonRow) -> str:
     found = SEED_ROW_BY_NAME.get(r.row)
     if found is not None and found.said:
         return found.said
-    return f"{r.seed:g}" if _format(r.row) == "g" else shown(r.seed, _format(r.row))
+    return f"{r.seed:g}" if row_format(r.row) == "g" else shown(r.seed, row_format(r.row))
 
 
 def _engine(r: SeedComparisonRow) -> str:
@@ -55,16 +55,28 @@ def _engine(r: SeedComparisonRow) -> str:
     return f"{r.seed_engine_s:.3g} / {r.engine_s:.3g} ({r.engine_s / r.seed_engine_s:.2f})"
 
 
+def _spread(r: SeedComparisonRow, fmt: Format) -> str:
+    if r.spread_low is None or r.spread_high is None:
+        return "-"
+    return _interval((r.spread_low, r.spread_high), fmt)
+
+
 def seed_table_lines(rows: tuple[SeedComparisonRow, ...]) -> list[str]:
-    """The comparison as a markdown table."""
-    lines = [HEADER, "|---" * HEADER.count(" |") + "|"]
+    """The comparison as a markdown table; with a column for the near-optimal set's spread when a row has
+    one (`flatshare.colocation.seed_table.spreads_over`)."""
+    spread = any(r.spread_low is not None for r in rows)
+    header = (
+        HEADER.replace(" | ratio |", " | spread over the near-optimal set | ratio |") if spread else HEADER
+    )
+    lines = [header, "|---" * header.count(" |") + "|"]
     for r in rows:
-        fmt = _format(r.row)
+        fmt = row_format(r.row)
         value = "-" if r.flatshare is None else shown(r.flatshare, fmt)
         ci = "-" if r.ci is None else _interval(r.ci, fmt)
         ratio = "-" if r.ratio is None else f"{r.ratio:.2f}"
         hit = "-" if r.hit is None else ("yes" if r.hit else "**no**")
-        lines.append(f"| {r.row} | {_seed(r)} | {value} | {ci} | {ratio} | {_engine(r)} | {r.kind} | {hit} |")
+        cells = [r.row, seed_shown(r), value, ci, *([_spread(r, fmt)] if spread else []), ratio, _engine(r)]
+        lines.append("| " + " | ".join([*cells, r.kind, hit]) + " |")
     return lines
 
 

@@ -25,7 +25,7 @@ each of its figures pools.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Literal
@@ -117,10 +117,11 @@ def _nth(condition: str, n: int) -> Getter:
 
 
 def _pooled_over_target(condition: str) -> Getter:
-    """Share of turns over target pooled over every caller count above 2 (the seed's later rounds)."""
+    """Share of turns over target pooled over every caller count the runs hold (the seed's 16 of 720 pools its
+    rounds at 2, 4 and 6 callers)."""
 
     def get(s: ColocationSummary) -> float | None:
-        blocks = [b.conditions.get(condition) for n, b in s.by_callers.items() if n > 2]
+        blocks = [b.conditions.get(condition) for b in s.by_callers.values()]
         found = [b for b in blocks if b is not None and b.n_voice_turns]
         if not found:
             return None
@@ -209,7 +210,7 @@ SEED_ROWS = (
         _ratio(_m("make-room-t48-decode", "agent_tokens_per_s"), _m("make-room-t48", "agent_tokens_per_s")),
     ),
     SeedRow(
-        "every fix (T=48, decode hold, 256-token steps), 4 and 6 callers: turns over target",
+        "every fix (T=48, decode hold, 256-token steps), 2, 4 and 6 callers: turns over target",
         16 / 720,
         _pooled_over_target("make-room-t48-256-decode"),
         said="16 of 720 (2.2%)",
@@ -225,19 +226,55 @@ def _within(row: SeedRow, value: float, seed: float) -> bool:
     return abs(value - seed) <= RELATIVE_TOLERANCE * abs(seed)
 
 
-def seed_comparison(summary: ColocationSummary) -> tuple[SeedComparisonRow, ...]:
+def _hit(
+    row: SeedRow, judged: float | None, against: float, spread: tuple[float, float] | None
+) -> bool | None:
+    """Within tolerance of the figure; with a spread, inside it or within tolerance of either end."""
+    if judged is None:
+        return None
+    if spread is None:
+        return _within(row, judged, against)
+    low, high = spread
+    return low <= against <= high or _within(row, low, against) or _within(row, high, against)
+
+
+Spreads = Mapping[str, tuple[float, float]]
+
+
+def spreads_over(
+    summary: ColocationSummary, near_optimal: Sequence[ColocationSummary]
+) -> dict[str, tuple[float, float]]:
+    """Each row's range over `summary` and `near_optimal` (the same plan run at the other points of the seed
+    fit's near-optimal set: every setup whose loss is within the noise of the best, `tools/seed_fit.py
+    spread`), by row name; a row `summary` lacks has none, and a run that lacks a row is left out of it."""
+    out: dict[str, tuple[float, float]] = {}
+    for row in SEED_ROWS:
+        found = [row.get(s) for s in (summary, *near_optimal)]
+        values = [float(v) for v in found if v is not None]
+        if found[0] is not None:
+            out[row.row] = (round(min(values), 4), round(max(values), 4))
+    return out
+
+
+def seed_comparison(
+    summary: ColocationSummary, spreads: Spreads | None = None
+) -> tuple[SeedComparisonRow, ...]:
     """One entry per seed row; `flatshare`, `ratio` and `hit` are None when the run lacks the condition.
     Turn rows carry their engine time (less `summary.voice_pipeline_fixed_s`, seed and flatshare) and are
-    judged on it."""
+    judged on it. A row with a spread (`spreads_over`) carries it (`spread_low`, `spread_high`) and is a hit
+    when the source document's figure lies inside it or within tolerance of either end."""
     out = []
     pipeline = summary.voice_pipeline_fixed_s
     for row in SEED_ROWS:
         value = row.get(summary)
         ci = row.get.ci(summary) if isinstance(row.get, _Field) and value is not None else None
+        spread = None if spreads is None or value is None else spreads.get(row.row)
         seed_engine = engine = None
+        judged_spread = spread
         if row.turn:
             seed_engine = round(row.seed - pipeline, 4)
             engine = None if value is None else round(float(value) - pipeline, 4)
+            judged_spread = None if spread is None else (spread[0] - pipeline, spread[1] - pipeline)
         judged, against = (engine, seed_engine) if seed_engine is not None else (value, row.seed)
         out.append(
             SeedComparisonRow(
@@ -246,10 +283,12 @@ def seed_comparison(summary: ColocationSummary) -> tuple[SeedComparisonRow, ...]
                 flatshare=None if value is None else round(float(value), 4),
                 ratio=None if value is None else round(float(value) / row.seed, 3),
                 kind=row.kind,
-                hit=None if judged is None else _within(row, float(judged), against),
+                hit=_hit(row, None if judged is None else float(judged), against, judged_spread),
                 ci=ci,
                 seed_engine_s=seed_engine,
                 engine_s=engine,
+                spread_low=None if spread is None else spread[0],
+                spread_high=None if spread is None else spread[1],
             )
         )
     return tuple(out)

@@ -216,7 +216,16 @@ def _as_setup(setup: dict[str, Any]) -> Setup | None:
 def unstated_lines(setup: dict[str, Any]) -> list[str]:
     """The run's setup as a markdown list, and the unstated parameters' table when it is the seed preset."""
     lines = ["Setup: " + ", ".join(f"`{k}` {v}" for k, v in sorted(setup.items())) + "."]
-    if _as_setup(setup) != SEED:
+    ran = _as_setup(setup)
+    if ran is not None and ran != SEED and ran.with_changes(profile=SEED.profile) == SEED:
+        return [
+            *lines,
+            "",
+            f"The seed preset under another step model (`{ran.profile}`): its unstated parameters were "
+            f"fitted under `{SEED.profile}`, so here every row, the fitted ones included, is that model's "
+            "prediction (`flatshare compare` sets two such runs side by side).",
+        ]
+    if ran != SEED:
         return [
             *lines,
             "",

@@ -21,7 +21,8 @@ baseline's counters, mean per run: an engine-side baseline scheduler's and a gat
 least n long), `seed_comparison` (the first seed's table beside these figures, `flatshare.colocation.seed_table`:
 per row `row`, `seed`, `flatshare`, `ratio`, `ci`, `kind` (`fitted`, `calibrated` or `prediction`), `hit`, and
 for voice-turn rows `seed_engine_s` and `engine_s`, the turn less the fixed voice pipeline, on which they are
-judged),
+judged; `spread_low` and `spread_high`, the row's range over the seed fit's near-optimal set when the
+experiment folder holds its runs under `spread/`, else null),
 `voice_wait_parts_mean_s` (mean seconds of each turn's time before its first token by part,
 `flatshare.sim.waits.WAIT_PARTS`, over turns with a first token and a ledger; the parts add up to
 `voice_wait_total_mean_s`, the mean time to first token of the same turns) and `voice_wait_kv_share`
@@ -32,17 +33,18 @@ judged),
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from flatshare import jsonin
 from flatshare.colocation.results import CallerResult, ColocationSummary, ConditionResult, PairedComparison
 from flatshare.colocation.runs import SavedRun
-from flatshare.colocation.seed_table import seed_comparison
+from flatshare.colocation.seed_table import seed_comparison, spreads_over
 from flatshare.colocation.voice import VoicePipeline, turn_stages
 from flatshare.errors import InputError
 from flatshare.lab.stats import bootstrap_ci, cluster_bootstrap_ci, paired_ttest, percentile
@@ -223,9 +225,14 @@ def _add_comparisons(conditions: dict[str, ConditionResult]) -> dict[str, Condit
 
 
 def summarize(
-    runs: list[SavedRun], pipeline: VoicePipeline | None = None, setup: dict[str, Any] | None = None
+    runs: list[SavedRun],
+    pipeline: VoicePipeline | None = None,
+    setup: dict[str, Any] | None = None,
+    near_optimal: Sequence[ColocationSummary] = (),
 ) -> ColocationSummary:
-    """The whole summary (see the module docstring) from saved runs; `setup` is recorded as given."""
+    """The whole summary (see the module docstring) from saved runs; `setup` is recorded as given.
+    `near_optimal`: the same plan's summaries at the other points of the seed fit's near-optimal set, whose
+    range each seed row carries (`flatshare.colocation.seed_table.spreads_over`)."""
     pipeline = pipeline or VoicePipeline()
     grouped: dict[int, dict[str, list[SavedRun]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
@@ -254,11 +261,22 @@ def summarize(
         by_callers=by_callers,
         setup=setup,
     )
-    return dataclasses.replace(summary, seed_comparison=seed_comparison(summary))
+    spreads = spreads_over(summary, near_optimal) if near_optimal else None
+    return dataclasses.replace(summary, seed_comparison=seed_comparison(summary, spreads))
 
 
 def load_summary(path: Path) -> ColocationSummary:
     """A `summary.json` (version 1 or 2) as written, its seed rows derived again from its measurements by
-    today's seed table (so an older file reads with today's row kinds and tolerances)."""
-    summary = ColocationSummary.from_json(json.loads(path.read_text()))
-    return dataclasses.replace(summary, seed_comparison=seed_comparison(summary))
+    today's seed table (so an older file reads with today's row kinds and tolerances), with the spreads the
+    file's rows carry."""
+    data = jsonin.read_object(path)
+    try:
+        summary = ColocationSummary.from_json(data)
+        spreads = {
+            row["row"]: (float(row["spread_low"]), float(row["spread_high"]))
+            for row in data.get("seed_comparison", [])
+            if row.get("spread_low") is not None and row.get("spread_high") is not None
+        }
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputError(f"{path}: not a co-location summary.json ({type(exc).__name__}: {exc})") from exc
+    return dataclasses.replace(summary, seed_comparison=seed_comparison(summary, spreads))
