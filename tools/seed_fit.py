@@ -238,7 +238,7 @@ def near_optimal(grid_table: Path) -> list[tuple[Any, ...]]:
 
 
 def spread(
-    grid_table: Path, experiment: Path, callers: tuple[int, ...], seeds: int, duration: float
+    grid_table: Path, experiment: Path, callers: tuple[int, ...], seeds: int, duration: float, drain: float
 ) -> list[str]:
     """Run the co-location plan at every near-optimal point but the preset into `experiment/spread/<point>`
     and rebuild `experiment`'s report, whose seed rows then carry their range over the set."""
@@ -252,7 +252,11 @@ def spread(
         changes = {n: v for n, v in zip(names, point, strict=True) if getattr(SEED, n) != v}
         label = ",".join(f"{n}={v}" for n, v in changes.items())
         plan = ColocationPlan(
-            callers=callers, seeds=seeds, duration_s=duration, setup=SEED.with_changes(**changes)
+            callers=callers,
+            seeds=seeds,
+            duration_s=duration,
+            drain_s=drain,
+            setup=SEED.with_changes(**changes),
         )
         run_plan(experiment / SPREAD_FOLDER / label, plan)
         lines.append(f"- {label}")
