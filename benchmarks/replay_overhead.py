@@ -6,7 +6,7 @@ first SSE chunk of output: the server's own time to first token, compared side b
 driver's record. The difference is split at the server into `send -> server app` and `first chunk ->
 read` (both processes read CLOCK_MONOTONIC through `time.perf_counter`, comparable on Linux).
 Both processes also watch their event loop: a freeze over 100 ms (far above the driver's own work here,
-~0.1 ms a token) is the machine not running the process (other tenants of a shared machine); figures
+~0.16 ms of CPU a token) is the machine not running the process (other tenants of a shared machine); figures
 are printed with and without the requests whose added time (to the app, or back) overlaps one (or the
 100 ms after it, while the process catches up).
 Targets: at least 200 requests in flight at once; added p99 under 5 ms. They are the driver's, on a machine
