@@ -21,9 +21,9 @@ def written_keys(source: str) -> set[str]:
     keys: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
-            if isinstance(node.value, ast.Name) and node.value.id == "trace":
-                if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
-                    keys.add(node.slice.value)
+            named_trace = isinstance(node.value, ast.Name) and node.value.id == "trace"
+            if named_trace and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+                keys.add(node.slice.value)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             target = node.func.value
             if node.func.attr == "update" and isinstance(target, ast.Name) and target.id == "trace":
