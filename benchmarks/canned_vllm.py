@@ -6,7 +6,7 @@ apart, one chunked write each as vLLM streams, then `data: [DONE]`; `GET /metric
 queue gauges (fixed values), `/health` and `/v1/models` what the gateway's poller needs. It spends a few
 microseconds per request, so a benchmark through it measures the proxy in front, not a model.
 
-`--misbehave` makes it a broken backend (benchmarks/gateway_soak.py, issue 32): `/metrics` answers a
+`--misbehave` makes it a broken backend (benchmarks/gateway_soak.py): `/metrics` answers a
 page with `+Inf`, an overflowing sum, `NaN` or a 400-digit number on every other second, and requests
 cycle through three answers: a normal stream, a stream framed with CRLF line ends (legal SSE), and no
 answer at all (it holds the connection until the client closes it).

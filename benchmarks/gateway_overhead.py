@@ -12,7 +12,7 @@ and client are separate processes sharing this machine's CPUs.
 2. Throughput: `--concurrency` connections in a closed loop for `--seconds` per target, `--rounds` times:
    completed streams per second (each checked for every token and [DONE]), TTFT under that load, and the
    serving process's CPU time per stream.
-Targets (issue 6): at most 1 ms added at p50 and 5 ms at p99; at least 500 streaming requests/s on 2 cores.
+Targets: at most 1 ms added at p50 and 5 ms at p99; at least 500 streaming requests/s on 2 cores.
 
     python benchmarks/gateway_overhead.py [--latency-requests 1000] [--concurrency 32] [--seconds 5]
 """

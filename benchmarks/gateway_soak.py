@@ -1,4 +1,4 @@
-"""The gateway soaked (issue 16): a fixed number of streamed requests at a fixed concurrency through
+"""The gateway soaked: a fixed number of streamed requests at a fixed concurrency through
 `flatshare gateway` over two `flatshare serve-sim` backends, one backend killed (SIGKILL) and restarted on
 the same port on a schedule. Does every request end completed or with a clean error, does the gateway's
 memory stay flat, and does the audit log account for every request?
@@ -630,7 +630,7 @@ def _health_figures(samples: list[float]) -> dict[str, Any]:
 
 
 def checks(result: dict[str, Any]) -> dict[str, bool]:
-    """The acceptance checks of issue 16 on a run's figures, plus that every request was classified and
+    """The soak's acceptance checks on a run's figures, plus that every request was classified and
     every killed backend rejoined."""
     outcomes, audit, requests = result["outcomes"], result["audit"], result["requests"]
     return {

@@ -6,10 +6,13 @@ first SSE chunk of output: the server's own time to first token, compared side b
 driver's record. The difference is split at the server into `send -> server app` and `first chunk ->
 read` (both processes read CLOCK_MONOTONIC through `time.perf_counter`, comparable on Linux).
 Both processes also watch their event loop: a freeze over 100 ms (far above the driver's own work here,
-~0.1 ms a token) is the machine not running the process (other tenants of a shared machine); figures
+~0.16 ms of CPU a token) is the machine not running the process (other tenants of a shared machine); figures
 are printed with and without the requests whose added time (to the app, or back) overlaps one (or the
 100 ms after it, while the process catches up).
-Targets (issue 4): at least 200 requests in flight at once; added p99 under 5 ms.
+Targets: at least 200 requests in flight at once; added p99 under 5 ms. They are the driver's, on a machine
+that runs both processes when they have work (one core each): with the 1-minute load average above the
+cores, other work holds the CPUs, the added time is mostly the processes' waits for one (printed from the
+run queue), and the targets are not judged (exit code 2; PASS 0, FAIL 1).
 
     python benchmarks/replay_overhead.py [--sessions 240] [--requests 4] [--prompt 512] [--max-tokens 32]
 """
@@ -37,7 +40,7 @@ from flatshare.replay.ledger import Ledger
 from flatshare.replay.records import ReplayRecord
 from flatshare.replay.rundir import write_run
 from flatshare.replay.wallclock import WallClockOptions, run_in_loop, run_wallclock
-from flatshare.testing.procstat import cpu_seconds
+from flatshare.testing.procstat import cpu_seconds, run_queue_seconds
 from flatshare.workloads.model import Session, Workload, WorkloadRequest
 from flatshare.workloads.tokens import unique_span
 
@@ -144,6 +147,8 @@ class Measurement:
     wall_s: float
     driver_cpu_s: float
     server_cpu_s: float
+    driver_queued_s: float
+    server_queued_s: float
     probe: FreezeProbe
     server_freezes: list[tuple[float, float]]
 
@@ -167,8 +172,11 @@ async def measure(url: str, workload: Workload, child: subprocess.Popen[bytes]) 
     probe = FreezeProbe()
     probing = asyncio.create_task(probe.run())
     cpu, server_cpu, wall = time.process_time(), cpu_seconds(child.pid), time.perf_counter()
+    queued, server_queued = run_queue_seconds(os.getpid()), run_queue_seconds(child.pid)
     await run_wallclock(workload, [Endpoint(url, "sim")], ledger, WallClockOptions(max_concurrency=1024))
     cpu, server_cpu = time.process_time() - cpu, cpu_seconds(child.pid) - server_cpu
+    queued = run_queue_seconds(os.getpid()) - queued
+    server_queued = run_queue_seconds(child.pid) - server_queued
     probing.cancel()
     wall = time.perf_counter() - wall
     async with httpx.AsyncClient(timeout=30) as client:
@@ -176,7 +184,9 @@ async def measure(url: str, workload: Workload, child: subprocess.Popen[bytes]) 
         metrics = (await client.get(f"{url}/metrics")).text
     lag = next((line.split()[-1] for line in metrics.splitlines() if line.startswith("flatshare:")), "?")
     freezes = [(a, b) for a, b in server["freezes"]]
-    return Measurement(ledger, server["timings"], lag, wall, cpu, server_cpu, probe, freezes)
+    return Measurement(
+        ledger, server["timings"], lag, wall, cpu, server_cpu, queued, server_queued, probe, freezes
+    )
 
 
 def in_flight_profile(records: list[ReplayRecord]) -> tuple[int, float]:
@@ -198,7 +208,8 @@ def percentiles(values: np.ndarray) -> str:
     return f"p50 {p[0]:9.2f}  p90 {p[1]:9.2f}  p99 {p[2]:9.2f}  max {values.max():9.2f}"
 
 
-def report(m: Measurement) -> bool:
+def report(m: Measurement) -> int:
+    """Print the figures; the exit code: 0 targets met, 1 missed, 2 not judged (the machine was busy)."""
     records = m.ledger.sorted_records()
     ok = [r for r in records if r.status == "ok" and len(m.timings.get(r.id, [])) == 2]
     t0 = m.ledger.clock.t0
@@ -213,7 +224,9 @@ def report(m: Measurement) -> bool:
     print(f"tokens: {tokens} in {m.wall_s:.1f} s ({tokens / m.wall_s:.0f}/s, one SSE chunk each)")
     print(f"CPU: driver {m.driver_cpu_s / m.wall_s:.0%} of a core, {m.driver_cpu_s / tokens * 1e6:.0f} us a token; "
           f"serve-sim {m.server_cpu_s / m.wall_s:.0%}, worst step lateness {float(m.server_lag) * 1000:.1f} ms")  # fmt: skip
-    print(f"load average (1 min, 2 cores): {os.getloadavg()[0]:.1f}")
+    load, cores = os.getloadavg()[0], len(os.sched_getaffinity(0))
+    print(f"load average (1 min): {load:.1f} on {cores} cores; waited for a CPU (run queue): driver "
+          f"{m.driver_queued_s:.1f} s, serve-sim {m.server_queued_s:.1f} s of {m.wall_s:.0f} s")  # fmt: skip
     print(f"driver loop lag, ms:       {percentiles(np.array(m.probe.lag_ms))}")
     print(f"TTFT ms, driver-measured:  {percentiles(client)}")
     print(f"TTFT ms, server's own:     {percentiles(server)}")
@@ -232,8 +245,14 @@ def report(m: Measurement) -> bool:
         print(f"added, those excluded, ms: {percentiles((client - server)[~frozen])}")
     p99 = float(np.percentile(client - server, 99))
     passed = peak >= 200 and p99 < 5.0 and len(ok) == len(records)
-    print(f"targets (>= 200 concurrent, added p99 < 5 ms, all ok): {'PASS' if passed else 'FAIL'}")
-    return passed
+    verdict = "PASS" if passed else "FAIL"
+    if load > cores:
+        print(f"targets (>= 200 concurrent, added p99 < 5 ms, all ok): NOT JUDGED ({verdict} as measured): "
+              f"the load average {load:.1f} is above the {cores} cores, so the added time holds the processes' "
+              "waits for a CPU; run it on a quiet machine")  # fmt: skip
+        return 2
+    print(f"targets (>= 200 concurrent, added p99 < 5 ms, all ok): {verdict}")
+    return 0 if passed else 1
 
 
 def _overlaps(start: np.ndarray, end: np.ndarray, windows: list[tuple[float, float]]) -> np.ndarray:
@@ -287,7 +306,7 @@ def main() -> None:
         (args.out / "server_timings.json").write_text(json.dumps(result.timings))
         freezes = {"driver": result.probe.freezes, "server": result.server_freezes}
         (args.out / "freezes.json").write_text(json.dumps(freezes))
-    sys.exit(0 if report(result) else 1)
+    sys.exit(report(result))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 All three (stock, make-room disabled, make-room enabled) run the same seeded workload through the
 simulated engine in one process, one after another and then repeated in interleaved rounds, so machine
 noise hits them alike. Only the scheduler calls are timed (not the simulator's own pricing).
-Target (issue 3): enabled at most 10% more than stock; disabled no measurable difference.
+Target: enabled at most 10% more than stock; disabled no measurable difference.
 
     python benchmarks/scheduler_overhead.py [--rounds 3] [--agents 24]
 """

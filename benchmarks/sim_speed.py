@@ -3,7 +3,7 @@
 Agents resend a context of 10k-16k tokens that grows by a few hundred tokens per call, with pauses
 between calls; voice streams send short turns with the caller speaking between them. Prints virtual
 seconds per wall second, wall time per step (the scheduler's own plus the simulator's), and peak
-memory. Target (issue 2): at least 100x faster than real time on a 2-core machine.
+memory. Target: at least 100x faster than real time on a 2-core machine.
 
     python benchmarks/sim_speed.py [--virtual-s 600] [--scheduler vllm]
 """

@@ -1,32 +1,25 @@
 """Every fenced block of README.md and docs/*.md is run or checked (docs/doc-tests.md).
 
-`run` blocks run here with bash in a temporary folder: `flatshare` and `python` are this interpreter's, each
-port the block names is swapped for a free loopback port, a line started with `&` is waited for until its
-port accepts connections, and `curl` fails on an HTTP error (`--fail-with-body`). The block's processes are
-stopped (their process group) when it ends. Every other command block is checked by
-`flatshare.testing.doc_check`; config and Python blocks are loaded.
+`run` blocks run here in a temporary folder by `flatshare.testing.doc_run` (free ports, waits after
+background servers, failing curls). Every other command block is checked by `flatshare.testing.doc_check`;
+config and Python blocks are loaded.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import signal
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from flatshare.testing.doc_blocks import RUN, Block, doc_files, problems_of_form, read_blocks
 from flatshare.testing.doc_check import check_block
+from flatshare.testing.doc_run import run_block as run_doc_block
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = [b for f in doc_files(ROOT) for b in read_blocks(f)]
 TESTED = [b for b in BLOCKS if b.lang != "text"]
 RUN_TIMEOUT_S = 120
-_PORT = re.compile(r"(--port |127\.0\.0\.1:|localhost:)(\d{4,5})\b")
 
 
 def _ids(blocks: list[Block]) -> list[str]:
@@ -46,82 +39,14 @@ def test_block_passes_its_checks(block: Block) -> None:
 RUNS = [b for b in BLOCKS if b.marker == RUN]
 
 
+def run_block(text: str, folder: Path) -> subprocess.CompletedProcess[str]:
+    return run_doc_block(text, folder, ROOT / "src", RUN_TIMEOUT_S)
+
+
 @pytest.mark.parametrize("block", RUNS, ids=_ids(RUNS))
 def test_run_block_runs(block: Block, tmp_path: Path) -> None:
     result = run_block(block.text, tmp_path)
     assert result.returncode == 0, f"{block.where} failed:\n{result.stdout[-4000:]}"
-
-
-def run_block(text: str, folder: Path) -> subprocess.CompletedProcess[str]:
-    """Run a shell block as the module docstring says; its output (stdout and stderr) in `stdout`."""
-    bin_dir = folder / ".doc-bin"
-    bin_dir.mkdir()
-    src = ROOT / "src"
-    (bin_dir / "flatshare").write_text(
-        f'#!/bin/sh\nPYTHONPATH="{src}" exec "{sys.executable}" -m flatshare.cli "$@"\n'
-    )
-    (bin_dir / "python").write_text(f'#!/bin/sh\nPYTHONPATH="{src}" exec "{sys.executable}" "$@"\n')
-    for shim in bin_dir.iterdir():
-        shim.chmod(0o755)
-    env = os.environ | {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    log = folder / ".doc-run.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            ["bash", "-euo", "pipefail", "-c", prepare(text)],
-            cwd=folder,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        try:
-            code = proc.wait(timeout=RUN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            code = 124
-        finally:
-            _stop_group(proc)
-    return subprocess.CompletedProcess(proc.args, code, log.read_text(), "")
-
-
-def prepare(text: str) -> str:
-    """The block with free ports, waits after background lines and failing curls (module docstring)."""
-    ports: dict[str, str] = {}
-
-    def swap(m: re.Match[str]) -> str:
-        return m.group(1) + ports.setdefault(m.group(2), str(_free_port()))
-
-    text = _PORT.sub(swap, text.replace("\\\n", " "))
-    lines = []
-    for line in text.splitlines():
-        line = re.sub(r"^curl ", "curl --fail-with-body ", line)
-        lines.append(line)
-        m = re.search(r"--port (\d+).*&\s*(#.*)?$", line)
-        if m:
-            lines.append(
-                f"for _ in $(seq 600); do (echo > /dev/tcp/127.0.0.1/{m.group(1)}) 2>/dev/null && break;"
-                " sleep 0.1; done"
-            )
-    return "\n".join(lines) + "\n"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _stop_group(proc: subprocess.Popen[str]) -> None:
-    """Stop the block's process group (its background servers), which this test started."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 BROKEN = """# a doc
@@ -166,3 +91,33 @@ def test_runner_fails_a_failing_block(tmp_path: Path) -> None:
     result = run_block("flatshare gateway --port 8080 --policy no-such-policy\n", tmp_path)
     assert result.returncode != 0
     assert "give at least one backend" in result.stdout
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.toml")), ids=lambda p: p.name)
+def test_example_config_loads(path: Path) -> None:
+    """The shipped example configs are read by the gateway's own loader (docs/traffic-classes.md)."""
+    from flatshare.gateway.configfile import load_config
+
+    config = load_config(path)
+    assert dict(config.classes) == {"voice": 0, "agent": 10}
+
+
+def test_syntax_marked_python_is_compiled_only(tmp_path: Path) -> None:
+    doc = tmp_path / "snippets.md"
+    doc.write_text(
+        "<!-- doc-test: syntax -->\n```python\nimport no_such_library_here\n```\n\n"
+        "<!-- doc-test: syntax -->\n```python\ndef broken(:\n```\n\n"
+        "```python\nimport no_such_library_here\n```\n"
+    )
+    found = [check_block(b, ROOT) for b in read_blocks(doc)]
+    assert found[0] == []
+    assert "not valid Python" in found[1][0]
+    assert "no_such_library_here" in found[2][0]
+
+
+def test_gateway_config_named_by_a_doc_is_loaded(tmp_path: Path) -> None:
+    from flatshare.testing.doc_check import check_command
+
+    assert check_command(["flatshare", "gateway", "--config", "examples/gateway.toml"], ROOT) == []
+    missing = check_command(["flatshare", "gateway", "--config", "examples/no-such.toml"], ROOT)
+    assert missing == ["examples/no-such.toml: no such path in the repository"]

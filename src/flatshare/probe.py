@@ -1,6 +1,6 @@
 """A small simulated run: a voice turn arriving while two coding agents fill the KV cache.
 
-It is the first seed's probe on the simulated engine: the turn is sent after the agents' contexts
+It is the write-up's probe (the first source document's) on the simulated engine: the turn is sent after the agents' contexts
 have filled the cache, on an engine with room to spare and on a full one, under vLLM's stock
 scheduler and under make-room. It runs vLLM's real scheduler; nothing here is precomputed.
 """

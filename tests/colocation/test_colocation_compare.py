@@ -46,7 +46,7 @@ def test_conclusions_read_the_goals_bounds() -> None:
     assert found["2 callers, make-room-t48: voice turn p95 within target"] is False
     assert found["2 callers, alone: voice turn p95 within target"] is True
     assert "2 callers, vllm-priority: fewer turns over target than stock" not in found  # not against itself
-    assert found["seed row hit: stock vLLM (priority): voice turn p95 s"] is True
+    assert found["write-up row hit: stock vLLM (priority): voice turn p95 s"] is True
 
 
 def test_a_conclusion_that_differs_is_a_flip_and_nothing_else_is() -> None:

@@ -112,7 +112,7 @@ def test_the_cli_passes_the_scheduling_mode_and_prefill_cap_and_prints_the_prese
         ("--cpu-tier-tokens", SEED.cpu_tier_tokens),
         ("--long-prefill-token-threshold", SEED.long_prefill_token_threshold),
     ):
-        assert f"[seed preset: {value}]" in help_text.split(option, 1)[1].split("--", 1)[0]
+        assert f"[write-up preset: {value}]" in help_text.split(option, 1)[1].split("--", 1)[0]
     assert "--sync-scheduling" in help_text
     out = tmp_path / "exp"
     result = CliRunner().invoke(

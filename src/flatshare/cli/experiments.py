@@ -63,25 +63,28 @@ def experiment_colocation(
     max_model_len: Annotated[
         int | None,
         typer.Option(
-            help=f"Engine max model length; agent contexts compact there [seed preset: {SEED.max_model_len}]."
+            help=f"Engine max model length; agent contexts compact there [write-up preset: {SEED.max_model_len}]."
         ),
     ] = None,
     kv_tokens: Annotated[
         int | None,
-        typer.Option(help=f"The GPU's KV cache in tokens [seed preset: {SEED.kv_tokens}]."),
+        typer.Option(help=f"The GPU's KV cache in tokens [write-up preset: {SEED.kv_tokens}]."),
     ] = None,
     cpu_tier_tokens: Annotated[
         int | None,
-        typer.Option(help=f"vLLM's CPU KV tier in tokens, 0 for off [seed preset: {SEED.cpu_tier_tokens}]."),
+        typer.Option(
+            help=f"vLLM's CPU KV tier in tokens, 0 for off [write-up preset: {SEED.cpu_tier_tokens}]."
+        ),
     ] = None,
     admission: Annotated[
         str | None,
         typer.Option(
-            help="vLLM's admission rule: full-prompt (0.32's default) or first-chunk [seed preset: first-chunk]."
+            help="vLLM's admission rule: full-prompt (0.32's default) or first-chunk [write-up preset: first-chunk]."
         ),
     ] = None,
     api_latency: Annotated[
-        float | None, typer.Option(help=f"API server pass in seconds [seed preset: {SEED.api_latency_s}].")
+        float | None,
+        typer.Option(help=f"API server pass in seconds [write-up preset: {SEED.api_latency_s}]."),
     ] = None,
     agent_source: Annotated[
         str | None, typer.Option(help="Agents: synthetic (from the WEKA sample) or weka (its sessions).")
@@ -90,14 +93,14 @@ def experiment_colocation(
         bool | None,
         typer.Option(
             "--async-scheduling/--sync-scheduling",
-            help="vLLM's scheduling mode [seed preset: async, vLLM 0.32's default on a GPU].",
+            help="vLLM's scheduling mode [write-up preset: async, vLLM 0.32's default on a GPU].",
         ),
     ] = None,
     long_prefill_token_threshold: Annotated[
         int | None,
         typer.Option(
             help="vLLM's per-request prefill chunk cap, 0 for none "
-            f"[seed preset: {SEED.long_prefill_token_threshold}]."
+            f"[write-up preset: {SEED.long_prefill_token_threshold}]."
         ),
     ] = None,
     profile: Annotated[
@@ -115,7 +118,7 @@ def experiment_colocation(
     ray_address: RayAddressOption = None,
 ) -> None:
     """A voice agent beside coding agents under vLLM's stock scheduler and make-room variants, on the
-    first seed's setup (`flatshare.colocation.setup.SEED`) unless an option changes it."""
+    setup of the write-up, the first source document (`flatshare.colocation.setup.SEED`), unless an option changes it."""
     from flatshare.colocation.experiment import (
         QUICK,
         ColocationPlan,
@@ -206,7 +209,7 @@ def experiment_admission(
     executor: ExecutorOption = "local",
     ray_address: RayAddressOption = None,
 ) -> None:
-    """Does routing long requests away from KV pressure cut short requests' p95 TTFT? (second seed),
+    """Does routing long requests away from KV pressure cut short requests' p95 TTFT? (the proposal, the second source document),
     on simulated clusters. Against a running gateway: `experiment admission-endpoint`."""
     from flatshare.admission.command import experiment_admission as run_admission
 
@@ -275,7 +278,7 @@ def experiment_admission_endpoint(
         typer.Option(help="Replay each trace window cut to this many seconds [traces not run]."),
     ] = None,
     long_first: Annotated[
-        bool, typer.Option(help="Also run the seed's literal order (long request first).")
+        bool, typer.Option(help="Also run the proposal's literal order (long request first).")
     ] = True,
     priorities: Annotated[
         bool, typer.Option(help="Send shorts at priority 1, the long at 10 (priority-policy backends).")

@@ -58,7 +58,7 @@ def probe(
     out: Annotated[Path, typer.Option(help="Output folder for each case's records.")] = Path("out/probe"),
     profile: ProfileOpt = ENGINE.profile,
 ) -> None:
-    """The seed's probe on the simulated engine: one voice turn beside two agents that fill the KV cache
+    """The write-up's probe on the simulated engine: one voice turn beside two agents that fill the KV cache
     (the main job is `flatshare experiment colocation`)."""
     from rich.console import Console
     from rich.table import Table

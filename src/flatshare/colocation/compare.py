@@ -5,7 +5,7 @@ Built for the step-model question (docs/step-model.md): the same plan run under 
 and a conclusion that rests on the model is called out. It works for any two experiments of the same
 plan; `setup_differences` says what differs between them.
 
-A *conclusion* is a yes/no statement read from one summary (`conclusions`): each seed-table row's hit, and
+A *conclusion* is a yes/no statement read from one summary (`conclusions`): each row's hit in the write-up's table, and
 per caller count and make-room condition whether it has fewer turns over target than stock vLLM
 (`vllm-priority`), whether its voice p95 is within the target, whether the agents keep 97% of stock's
 token rate, and whether its agents' slowest first token is within 1.2x stock's (the bounds of the
@@ -67,7 +67,7 @@ def _condition_conclusions(
 
 def conclusions(summary: ColocationSummary) -> dict[str, bool]:
     """Every yes/no headline of one experiment, keyed by a sentence (the module docstring)."""
-    out = {f"seed row hit: {row.row}": row.hit for row in summary.seed_comparison if row.hit is not None}
+    out = {f"write-up row hit: {row.row}": row.hit for row in summary.seed_comparison if row.hit is not None}
     for n, block in summary.by_callers.items():
         stock = block.conditions.get(STOCK)
         for key, m in block.conditions.items():
@@ -135,7 +135,7 @@ def _hit(row: SeedComparisonRow | None) -> str:
 def _seed_lines(a: ColocationSummary, b: ColocationSummary, la: str, lb: str) -> list[str]:
     rows_b = {r.row: r for r in b.seed_comparison}
     lines = [
-        f"| row | kind | source document | {la} | hit | {lb} | hit |",
+        f"| row | kind | write-up | {la} | hit | {lb} | hit |",
         "|---|---|---|---|---|---|---|",
     ]
     for ra in a.seed_comparison:
@@ -167,7 +167,7 @@ def render(a: ColocationSummary, b: ColocationSummary, label_a: str, label_b: st
         ]
     else:
         lines.append("None: every conclusion both can read holds under both.")
-    lines += ["", "## The source document's table", "", *_seed_lines(a, b, label_a, label_b), ""]
+    lines += ["", "## The write-up's table", "", *_seed_lines(a, b, label_a, label_b), ""]
     lines += ["## Every condition at every caller count", "", *_headline_lines(a, b, label_a, label_b)]
     return lines
 

@@ -1,6 +1,7 @@
-"""The seed's table (`flatshare.colocation.seed_table`) as markdown, for report.md and the README.
+"""The write-up's table (the first source document's figures beside flatshare's,
+`flatshare.colocation.seed_table`) as markdown, for report.md and the README.
 
-Figures are shown as the seed words them where a row says so (`SeedRow.said`, `SeedRow.fmt`): shares as
+Figures are shown as the write-up words them where a row says so (`SeedRow.said`, `SeedRow.fmt`): shares as
 percentages, the share of turns over 10 s as "1 in N", ratios between conditions as factors.
 """
 
@@ -10,7 +11,7 @@ from flatshare.colocation.results import SeedComparisonRow
 from flatshare.colocation.seed_table import SEED_ROW_BY_NAME, Format, RowKind
 
 HEADER = (
-    "| row | seed | flatshare | 95% CI (calls resampled) | ratio | engine s: seed / flatshare (ratio) | kind "
+    "| row | write-up | flatshare | 95% CI (calls resampled) | ratio | engine s: write-up / flatshare (ratio) | kind "
     "| hit |"
 )
 

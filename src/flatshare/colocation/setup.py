@@ -221,7 +221,7 @@ def unstated_lines(setup: dict[str, Any]) -> list[str]:
         return [
             *lines,
             "",
-            f"The seed preset under another step model (`{ran.profile}`): its unstated parameters were "
+            f"The write-up's preset under another step model (`{ran.profile}`): its unstated parameters were "
             f"fitted under `{SEED.profile}`, so here every row, the fitted ones included, is that model's "
             "prediction (`flatshare compare` sets two such runs side by side).",
         ]

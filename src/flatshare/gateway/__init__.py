@@ -6,7 +6,7 @@ Pure parts (no I/O; the simulated cluster uses them too): `routing` (features, s
 `policies` (the routing functions), `calibrate` (thresholds from the first 20% of a run), `scrape`
 (reading vLLM's /metrics), `sse` (event framing). State: `backends`. Edges: `poller`, `tokens`,
 `tenants`, `inbound`, `proxy`, `relay`, `upstream` + `upstream_native` (HTTP clients to the backends),
-`audit`, `metrics`, `app`, `server`, `cli`. Gateway-side baselines (issue 15): pure `baselines`, driven by
+`audit`, `metrics`, `app`, `server`, `cli`. Gateway-side baselines: pure `baselines`, driven by
 `gating` (with `events`, `POST /gateway/events`). Backends from DNS (a headless Service): `discovery`,
 `dnslookup`, `membership`. Settings: `config`, `configfile`. Operator guides: docs/gateway.md,
 docs/baselines-gateway.md, docs/deploy.md.

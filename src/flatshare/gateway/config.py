@@ -154,7 +154,7 @@ class GatewayConfig:
     """With tenants: let anyone read /metrics (a Prometheus scrape without a token; access.py)."""
     expose_status: bool = False
     """With tenants: let anyone read /metrics, /gateway/backends and GET /gateway/routing (access.py)."""
-    # -- what a backend may send (issue 32, the backend-facing side) --
+    # -- what a backend may send (the backend-facing side) --
     backend_limits: BackendLimits = field(default_factory=BackendLimits)
     """Bounds on backends' answers and silence: page and event sizes, the first-byte timeout (backendlimits.py)."""
     # -- client-facing limits (connections.py; docs/gateway.md, "Security model") --

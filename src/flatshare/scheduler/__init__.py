@@ -18,11 +18,14 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from flatshare.scheduler.config import MakeRoomConfig, MakeRoomConfigError
+from flatshare.scheduler.logs import share_vllm_handler
 from flatshare.scheduler.make_room import MakeRoomCounters, MakeRoomMixin
 from flatshare.scheduler.reserve import ReserveCounters, ReserveMixin
 from flatshare.scheduler.reserve_config import ReserveConfig, ReserveConfigError
 from flatshare.scheduler.sglang_config import SglangPreemptConfig, SglangPreemptConfigError
 from flatshare.scheduler.sglang_preempt import SglangPreemptCounters, SglangPreemptMixin
+
+share_vllm_handler()  # in a vLLM server, make-room's log lines go where vLLM's go (scheduler/logs.py)
 
 
 def _async_scheduling(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

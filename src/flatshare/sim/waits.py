@@ -9,7 +9,7 @@ and charges each stretch of that time to one part. The parts add up to the measu
   running ones first) used the whole `max_num_batched_tokens`.
 - `seats`: a step it was not in because every seat (`max_num_seqs`) was taken.
 - `kv_memory`: a step it was not in although the budget had room and a seat was free: vLLM could not
-  allocate its KV blocks (free blocks, the watermark, the whole-prompt rule), or the step preempted a
+  allocate its KV blocks (free blocks, the watermark, the full-prompt admission rule), or the step preempted a
   running request that could not grow (vLLM then admits no waiting request), or the queue's head was
   blocked for one of these reasons.
 - `kv_behind_load`: the same, but vLLM never tried it: requests holding KV blocks (loaded from the CPU

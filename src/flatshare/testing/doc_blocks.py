@@ -11,7 +11,9 @@ diagrams: not tested). A command block must follow a marker, on the nearest non-
     <!-- doc-test: long -->         runs for minutes: checked, not run
     <!-- doc-test: synopsis -->     a usage line (`[optional]`, `a|b`): checked with the first alternatives
 
-Config and Python blocks need no marker: they are always loaded (docs/doc-tests.md).
+Config and Python blocks need no marker: they are always loaded (docs/doc-tests.md). A Python block for
+libraries flatshare does not install (LiveKit, Pipecat) is marked `<!-- doc-test: syntax -->`: it is
+compiled, its imports are not resolved.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ CODE_LANGS = frozenset({"python"})
 UNTESTED_LANGS = frozenset({"text"})
 RUN = "run"
 CHECK_ONLY = frozenset({"gpu", "cluster", "vllm-server", "long", "synopsis"})
-MARKERS = frozenset({RUN}) | CHECK_ONLY
+SYNTAX = "syntax"  # a Python block needing libraries flatshare does not install: compiled only
+MARKERS = frozenset({RUN, SYNTAX}) | CHECK_ONLY
 _FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
 _MARKER = re.compile(r"^\s*<!--\s*doc-test:\s*([a-z-]+)\s*-->\s*$")
 
@@ -81,6 +84,8 @@ def problems_of_form(block: Block) -> list[str]:
         return [
             f"{block.where}: unknown doc-test marker {block.marker!r}; valid: {', '.join(sorted(MARKERS))}"
         ]
+    if block.marker == SYNTAX and block.lang not in CODE_LANGS:
+        return [f"{block.where}: the `{SYNTAX}` marker is for Python blocks only"]
     if block.lang in COMMAND_LANGS and block.marker is None:
         return [
             f"{block.where}: a command block without a doc-test marker: put `<!-- doc-test: KIND -->` above "

