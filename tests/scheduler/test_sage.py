@@ -92,3 +92,26 @@ def test_bad_settings_fail_at_start_up() -> None:
     )
     with pytest.raises(SageConfigError, match="aging_per_s"):
         SimEngine(config, load_profile())
+
+
+def test_the_index_queue_keeps_vllms_queue_contract() -> None:
+    from flatshare.scheduler.sage_queue import IndexQueue
+
+    keys = {"a": 3.0, "b": 1.0, "c": 2.0, "d": 1.0}
+    items = {name: type("R", (), {"name": name})() for name in keys}
+    queue = IndexQueue(lambda r: (keys[r.name],))
+    for name in "abcd":
+        queue.add_request(items[name])  # type: ignore[arg-type]
+    assert [r.name for r in queue] == ["b", "d", "c", "a"]  # key order, ties by insertion
+    assert queue.peek_request() is items["b"] and len(queue) == 4
+    queue.remove_request(items["d"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        queue.remove_request(items["d"])  # type: ignore[arg-type]
+    assert queue.pop_request() is items["b"]
+    keys["b"] = 5.0  # a request put back is keyed anew (vLLM re-queues skipped and preempted ones)
+    queue.prepend_requests([items["b"]])  # type: ignore[list-item]
+    assert [r.name for r in queue] == ["c", "a", "b"] and queue.keys() == [(2.0,), (3.0,), (5.0,)]
+    queue.remove_requests([items["c"], items["a"], items["b"]])  # type: ignore[list-item]
+    assert not queue
+    with pytest.raises(IndexError):
+        queue.pop_request()
