@@ -1,9 +1,10 @@
-"""Microseconds per schedule() + update_from_output(): make-room against vLLM's stock scheduler.
+"""Microseconds per schedule() + update_from_output(): make-room and sage against vLLM's stock scheduler.
 
-All three (stock, make-room disabled, make-room enabled) run the same seeded workload through the
+Every case (stock, make-room disabled and enabled, sage disabled and enabled) runs the same seeded workload through the
 simulated engine in one process, one after another and then repeated in interleaved rounds, so machine
 noise hits them alike. Only the scheduler calls are timed (not the simulator's own pricing).
-Target: enabled at most 10% more than stock; disabled no measurable difference.
+Target: enabled at most 10% more than stock; disabled no measurable difference. sage
+orders the queue differently, so its runs take other steps: compare per-step figures, not totals.
 
     python benchmarks/scheduler_overhead.py [--rounds 3] [--agents 24]
 """
@@ -29,6 +30,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "stock": ("vllm", {}),
     "make-room disabled": ("make-room", {"make_room": {"enabled": False}}),
     "make-room enabled": ("make-room", {"make_room": {"enabled": True, "window_tokens": 48}}),
+    "sage disabled": ("sage", {"sage": {"enabled": False}}),
+    "sage enabled": ("sage", {"sage": {"enabled": True}}),
 }
 
 

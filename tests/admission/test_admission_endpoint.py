@@ -170,7 +170,9 @@ def test_endpoint_mode_end_to_end(tmp_path: Path) -> None:
     assert moved >= 1
     assert summary.skipped is not None
     skipped = [c.key for c in summary.skipped.conditions]
-    assert skipped == ["make-room", "controller+make-room"] and summary.skipped.traces
+    assert (
+        skipped == ["make-room", "controller+make-room", "sage", "controller+sage"] and summary.skipped.traces
+    )
     report = (tmp_path / "report.md").read_text()
     assert "against a running gateway" in report and "MakeRoomScheduler" in report
     assert "Skipped condition `make-room`" in report and "--trace-seconds" in report

@@ -27,6 +27,8 @@ FIELDS = (
     "tokens_per_s",
     "routed_away_frac",
     "p_value",
+    "mean_ttlt_s",
+    "ttlt_vs_baseline",
 )
 
 
@@ -72,6 +74,12 @@ def test_small_plan_shows_the_synthetic_effect_and_writes_everything(
     assert test.n_pairs == 10 and test.p_value_method == "paired t-test over replicates"
     assert (synthetic["alone"].short_ttft_p95_s or 1.0) < 0.2
     assert (summary.levers["synthetic"]["routing-off/make-room-on"].reduction_s or 0.0) > 0
+    sage = synthetic["sage"]  # the SageSched-style baseline, beside FCFS with the same tests
+    assert sage.n_runs == 10 and sage.mean_ttlt_ci is not None and sage.short_ttft_p95_ci is not None
+    assert sage.vs_baseline.n_pairs == 10 and sage.ttlt_vs_baseline.n_pairs == 10
+    assert sage.make_room["prefill_preemptions"] > 0  # its counters reach the summary
+    assert (sage.short_ttft_p95_s or 0.0) < (a.short_ttft_p95_s or 0.0)
+    assert "controller+sage" in synthetic
     trace = summary.workloads["azure-conv-e2"]
     assert set(trace.conditions) == {c.key for c in TRACE_CONDITIONS}
     assert trace.thresholds_source == "calibrated"

@@ -56,6 +56,9 @@ CONDITION_FIELDS = {
     "t",
     "n_pairs",
     "slowdown_vs_alone",
+    "mean_ttlt_s",
+    "mean_ttlt_ci",
+    "ttlt_vs_baseline",
 }
 
 EVENT = {

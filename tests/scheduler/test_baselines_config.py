@@ -9,6 +9,7 @@ import pytest
 
 from flatshare.errors import InputError
 from flatshare.scheduler.reserve_config import ReserveConfig, ReserveConfigError
+from flatshare.scheduler.sage_config import SageConfigError
 from flatshare.scheduler.sglang_config import SglangPreemptConfig, SglangPreemptConfigError
 from flatshare.sim.config import SCHEDULER_ALIASES, SCHEDULER_CONFIG_KEYS, EngineConfig
 from flatshare.sim.options import EngineOptions, additional_config
@@ -112,6 +113,7 @@ BASELINES = [
         SglangPreemptConfigError,
         "AsyncSglangPreemptScheduler",
     ),
+    ("sage", "sage", "flatshare.scheduler.sage", SageConfigError, "AsyncSageScheduler"),
 ]
 
 

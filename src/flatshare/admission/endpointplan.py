@@ -26,6 +26,12 @@ MAKE_ROOM_HOW = (
     "--make-room '{\"enabled\": true}' --policy priority`) and run again into another folder with `--priorities`: its A and B runs are then "
     "the make-room and controller+make-room cells"
 )
+SAGE_HOW = (
+    "sage runs inside each backend's scheduler and cannot be switched from outside: start the backends with "
+    '`--scheduler-cls flatshare.scheduler.SageScheduler --additional-config \'{"sage": {"enabled": true}}\'` '
+    '(serve-sim: `--scheduler sage --additional-config \'{"sage": {"enabled": true}}\'`) and run again into '
+    "another folder: its A and B runs are then the sage and controller+sage cells"
+)
 TRACE_NOT_RUN = (
     "not run: a wall-clock replay of a trace window takes as long as the window; give --trace-seconds S to "
     "replay each window cut to S seconds"
@@ -60,11 +66,11 @@ class EndpointPlan:
 
     @property
     def conditions(self) -> tuple[Condition, ...]:
-        return tuple(c for c in self.synthetic.conditions if not c.make_room)
+        return tuple(c for c in self.synthetic.conditions if not (c.make_room or c.sage))
 
     @property
     def skipped(self) -> tuple[Condition, ...]:
-        return tuple(c for c in self.synthetic.conditions if c.make_room)
+        return tuple(c for c in self.synthetic.conditions if c.make_room or c.sage)
 
     @property
     def orders(self) -> list[tuple[str, bool]]:
@@ -91,7 +97,9 @@ class EndpointPlan:
             "windows": self.windows,
             "traces": [c.name for c in self.traces] if self.trace_s else [],
             "skipped": {
-                "conditions": [{"key": c.key, "why": MAKE_ROOM_HOW} for c in self.skipped],
+                "conditions": [
+                    {"key": c.key, "why": SAGE_HOW if c.sage else MAKE_ROOM_HOW} for c in self.skipped
+                ],
                 "traces": None if self.trace_s else TRACE_NOT_RUN,
             },
         }

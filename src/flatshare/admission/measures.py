@@ -4,7 +4,8 @@ Short requests: in the synthetic workloads the ten `short` requests; in traces e
 256 output tokens (`max_tokens`) sent in the evaluation window `[eval_from_s, replay_s)` (the last 80%).
 A short request that never got a token counts as `FAILED_TTFT_S`. Long requests: prompts above the
 run's `long_input_tokens`; `short_input_ttfts` are the short requests that are not long (what make-room,
-which ranks requests by input, protects).
+which ranks requests by input, protects). `ttlts`: every evaluated request's time to last token (the
+SageSched paper's metric), a failed one counting as `FAILED_TTFT_S`.
 """
 
 from __future__ import annotations
@@ -35,11 +36,19 @@ class RunMetrics:
     kv_usage: list[float]
     waiting: list[int]
     failed: int
+    ttlts: dict[str, float]
+    mean_ttlt_s: float | None
 
 
 def ttft_or_failed(record: ReplayRecord) -> float:
     ttft = record.ttft_s
     return FAILED_TTFT_S if ttft is None or record.status != "ok" else ttft
+
+
+def ttlt_or_failed(record: ReplayRecord) -> float:
+    if record.status != "ok" or record.end_s is None:
+        return FAILED_TTFT_S
+    return record.end_s - record.send_s
 
 
 def in_eval(run: SavedRun, t: float) -> bool:
@@ -79,6 +88,7 @@ def run_metrics(run: SavedRun, long_input_tokens: int | None) -> RunMetrics:
     eligible = [d for d in decisions if threshold is not None and d.input_tokens > threshold]
     rule = run.facts["condition"]["policy"] == "threshold"
     samples = [s for s in run.samples if in_eval(run, float(s["t"]))]
+    ttlts = {r.id: ttlt_or_failed(r) for r in evaluated}
     return RunMetrics(
         short_ttfts=shorts,
         short_ttft_p95_s=float(np.percentile(list(shorts.values()), 95)) if shorts else None,
@@ -90,6 +100,8 @@ def run_metrics(run: SavedRun, long_input_tokens: int | None) -> RunMetrics:
         kv_usage=[float(s["kv_usage"]) for s in samples],
         waiting=[int(s["waiting"]) for s in samples],
         failed=sum(r.status != "ok" for r in evaluated),
+        ttlts=ttlts,
+        mean_ttlt_s=float(np.mean(list(ttlts.values()))) if ttlts else None,
     )
 
 

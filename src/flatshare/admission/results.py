@@ -102,13 +102,17 @@ class ConditionResult:
     vs_baseline: BaselineTest
     vs_round_robin: PreferenceTest | None
     slowdown_vs_alone: Slowdown | None
+    mean_ttlt_s: Seconds = None
+    mean_ttlt_ci: Interval | None = None
+    ttlt_vs_baseline: BaselineTest = dataclasses.field(default_factory=BaselineTest)
 
     def to_json(self) -> dict[str, Any]:
+        nested = ("attribution", "vs_baseline", "vs_round_robin", "slowdown_vs_alone", "ttlt_vs_baseline")
         out: dict[str, Any] = {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name not in ("attribution", "vs_baseline", "vs_round_robin", "slowdown_vs_alone")
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in nested
         }
+        out["mean_ttlt_ci"] = None if self.mean_ttlt_ci is None else list(self.mean_ttlt_ci)
+        out["ttlt_vs_baseline"] = self.ttlt_vs_baseline.to_json()
         out["short_ttft_p95_ci"] = None if self.short_ttft_p95_ci is None else list(self.short_ttft_p95_ci)
         out["per_seed_short_ttft_p95_s"] = list(self.per_seed_short_ttft_p95_s)
         out["make_room"] = dict(self.make_room)

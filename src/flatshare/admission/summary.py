@@ -25,6 +25,7 @@ from flatshare.admission.plan import (
     TRACE_BASELINE,
     TRACE_CONDITIONS,
     TRACE_MAKE_ROOM_CONDITIONS,
+    TRACE_SAGE_CONDITIONS,
 )
 from flatshare.admission.results import (
     AdmissionSummary,
@@ -42,7 +43,7 @@ from flatshare.admission.synthetic import ALONE
 from flatshare.admission.synthetic import MAIN as SYNTHETIC_MAIN
 from flatshare.admission.traces import calibrate_from_run
 from flatshare.lab.compare import Comparison, mean_ci, paired_bootstrap_p95, paired_over_replicates
-from flatshare.lab.stats import bootstrap_ci, percentile
+from flatshare.lab.stats import bootstrap_ci, paired_ttest, percentile
 
 SUMMARY_VERSION = 1
 MAX_DECISION_ROWS = 50  # per workload
@@ -57,7 +58,7 @@ def _r(value: float | None, digits: int = 4) -> float | None:
 ORDER = (
     [c.key for c in SYNTHETIC_CONDITIONS]
     + [ALONE]
-    + [c.key for c in TRACE_CONDITIONS + TRACE_MAKE_ROOM_CONDITIONS]
+    + [c.key for c in TRACE_CONDITIONS + TRACE_MAKE_ROOM_CONDITIONS + TRACE_SAGE_CONDITIONS]
 )
 
 
@@ -103,16 +104,29 @@ def _p95_interval(
     return (statistics.fmean(valid) if valid else None), mean_ci(valid), "t-interval over seeds"
 
 
+def _mean_ttlt(part: str, metrics: dict[int, RunMetrics]) -> tuple[float | None, tuple[float, float] | None]:
+    """Mean TTLT with its 95% t-interval: over seeds' means for the synthetic case, over the pooled requests
+    for traces."""
+    seeds = sorted(metrics)
+    if part == "trace":
+        pooled = [x for s in seeds for x in metrics[s].ttlts.values()]
+        return (statistics.fmean(pooled) if pooled else None), mean_ci(pooled)
+    per_seed = [m for s in seeds if (m := metrics[s].mean_ttlt_s) is not None]
+    return (statistics.fmean(per_seed) if per_seed else None), mean_ci(per_seed)
+
+
 def _condition(
     part: str,
     runs: dict[int, SavedRun],
     metrics: dict[int, RunMetrics],
     events: dict[int, list[PressureEvent]],
-    tests: tuple[BaselineTest, PreferenceTest | None, Slowdown | None],
+    tests: tuple[BaselineTest, PreferenceTest | None, Slowdown | None, BaselineTest],
     moved: list[DecisionRow],
 ) -> ConditionResult:
-    """One condition from its runs' measures; `tests`: against the baseline, the preference, alone."""
+    """One condition from its runs' measures; `tests`: against the baseline, the preference, alone, and
+    the mean TTLT against the baseline's."""
     seeds = sorted(metrics)
+    ttlt, ttlt_ci = _mean_ttlt(part, metrics)
     per_seed = [metrics[s].short_ttft_p95_s for s in seeds]
     pooled = [x for s in seeds for x in metrics[s].short_ttfts.values()]
     p95, ci, method = _p95_interval(part, per_seed, pooled)
@@ -125,7 +139,7 @@ def _condition(
     for run in runs.values():
         for key, value in run.facts.get("scheduler_counters", {}).items():
             counters[key].append(float(value))
-    vs_baseline, vs_preference, slowdown = tests
+    vs_baseline, vs_preference, slowdown, ttlt_vs_baseline = tests
     return ConditionResult(
         n_runs=len(seeds),
         n_short=len(pooled),
@@ -161,7 +175,34 @@ def _condition(
         vs_baseline=vs_baseline,
         vs_round_robin=vs_preference,
         slowdown_vs_alone=slowdown,
+        mean_ttlt_s=_r(ttlt),
+        mean_ttlt_ci=(_r(ttlt_ci[0]), _r(ttlt_ci[1])) if ttlt_ci else None,
+        ttlt_vs_baseline=ttlt_vs_baseline,
     )
+
+
+def _ttlt_test(part: str, mine: dict[int, RunMetrics], ref: dict[int, RunMetrics]) -> Comparison | None:
+    """Mean TTLT against a reference: paired over replicates, or over requests for one trace window."""
+    seeds = sorted(set(ref) & set(mine))
+    if not seeds:
+        return None
+    if part == "trace" and len(seeds) < 2:
+        a, b = mine[seeds[0]].ttlts, ref[seeds[0]].ttlts
+        ids = sorted(set(a) & set(b))
+        test = paired_ttest([a[i] for i in ids], [b[i] for i in ids])
+        return Comparison(test.p_value, "paired t-test over requests", test.mean_difference, test.t, test.n)
+    return paired_over_replicates(
+        [mine[s].mean_ttlt_s or 0.0 for s in seeds], [ref[s].mean_ttlt_s or 0.0 for s in seeds]
+    )
+
+
+def _ttlt_vs_baseline(
+    part: str, key: str, metrics: dict[str, dict[int, RunMetrics]], baseline: str
+) -> BaselineTest:
+    test = None if key in (baseline, ALONE) else _ttlt_test(part, metrics[key], metrics.get(baseline, {}))
+    if test is None:
+        return BaselineTest()
+    return BaselineTest(_p(test.p_value), test.method, _r(test.mean_difference_s), _r(test.t), test.n)
 
 
 def _test(part: str, mine: dict[int, RunMetrics], ref: dict[int, RunMetrics]) -> Comparison | None:
@@ -215,6 +256,7 @@ def summarize_workload(
                 _vs_baseline(part, k, metrics, baseline),
                 _vs_preference(part, k, metrics),
                 slowdown_vs_alone(metrics[k], alone_metrics) if alone_metrics else None,
+                _ttlt_vs_baseline(part, k, metrics, baseline),
             ),
             [r for r in rows if r.condition == k],
         )

@@ -20,6 +20,7 @@ from flatshare.admission.cluster import ClusterRun, run_cluster
 from flatshare.admission.plan import (
     LONG_PRIORITY,
     MAKE_ROOM,
+    SAGE,
     SHORT_PRIORITY,
     AdmissionPlan,
     Condition,
@@ -71,7 +72,10 @@ def synthetic_workload(plan: SyntheticPlan, seed: int, long_first: bool = False)
 
 
 def engine_config(base: EngineConfig, condition: Condition) -> EngineConfig:
-    """The engines of a condition: make-room (priority policy, shorts protected) or vLLM as configured."""
+    """The engines of a condition: make-room (priority policy, shorts protected), sage (the plan's policy,
+    FCFS: sage's rank alone orders the queue) or vLLM as configured."""
+    if condition.sage:
+        return base.with_changes(scheduler="sage", additional_config={"sage": dict(SAGE)})
     if not condition.make_room:
         return base
     return base.with_changes(

@@ -20,7 +20,7 @@ from flatshare.sim.options import EngineOptions
 ENGINE = EngineOptions()
 
 SchedulerOpt = Annotated[
-    str, typer.Option(help="vllm, make-room, sglang-preempt, reserve, or a dotted Scheduler subclass.")
+    str, typer.Option(help="vllm, make-room, sglang-preempt, reserve, sage, or a dotted Scheduler subclass.")
 ]
 PolicyOpt = Annotated[str, typer.Option(help="vLLM scheduling policy: fcfs or priority.")]
 ProfileOpt = Annotated[str, typer.Option(help="Step-time profile: a shipped name or a JSON file.")]

@@ -355,3 +355,32 @@ def compare(
             typer.echo(f"comparison: {out}")
     except InputError as exc:
         fail(str(exc))
+
+
+@experiment_app.command("sage-calibration")
+def experiment_sage_calibration(
+    workload: Annotated[
+        str,
+        typer.Argument(
+            help="A workload spec with realized output lengths, e.g. a trace's (docs/workloads.md)."
+        ),
+    ],
+    additional_config: Annotated[
+        str, typer.Option(help="sage's settings as vLLM's --additional-config, e.g. '{\"sage\": {}}'.")
+    ] = "{}",
+) -> None:
+    """How calibrated sage's output-length predictor is on a workload: PIT histogram, interval coverage,
+    median error against the prior alone (docs/baselines-engine.md)."""
+    import json
+
+    from flatshare.admission.predictor import calibrate
+    from flatshare.scheduler.sage_config import SageConfig
+    from flatshare.workloads.spec import parse_spec
+
+    try:
+        config = SageConfig.from_additional_config(json.loads(additional_config))
+        requests = list(parse_spec(workload).requests())
+    except (InputError, ValueError) as exc:
+        fail(str(exc))
+    for line in calibrate(requests, config).lines():
+        typer.echo(line)

@@ -1,7 +1,8 @@
 """make-room: a vLLM v1 scheduler plug-in for latency-critical requests beside heavy ones, and the two
 engine-side baselines it is compared with (docs/baselines-engine.md): `SglangPreemptScheduler` (SGLang's
 priority preemption, `{"sglang_preempt": {...}}`) and `ReserveScheduler` (KV kept free for top-priority
-requests, `{"reserve": {...}}`). Each follows vLLM's scheduling mode the same way.
+requests, `{"reserve": {...}}`), and `SageScheduler` (a SageSched-style Gittins-index order over predicted
+costs, `{"sage": {...}}`; flatshare's reconstruction after arXiv 2603.07917's abstract). Each follows vLLM's scheduling mode the same way.
 
 Use make-room with `vllm serve ... --scheduling-policy priority --scheduler-cls
 flatshare.scheduler.MakeRoomScheduler --additional-config '{"make_room": {"enabled": true}}'`, or
@@ -22,6 +23,8 @@ from flatshare.scheduler.logs import share_vllm_handler
 from flatshare.scheduler.make_room import MakeRoomCounters, MakeRoomMixin
 from flatshare.scheduler.reserve import ReserveCounters, ReserveMixin
 from flatshare.scheduler.reserve_config import ReserveConfig, ReserveConfigError
+from flatshare.scheduler.sage import SageCounters, SageMixin
+from flatshare.scheduler.sage_config import SageConfig, SageConfigError
 from flatshare.scheduler.sglang_config import SglangPreemptConfig, SglangPreemptConfigError
 from flatshare.scheduler.sglang_preempt import SglangPreemptCounters, SglangPreemptMixin
 
@@ -76,9 +79,24 @@ class AsyncReserveScheduler(ReserveScheduler, AsyncScheduler):
     """vLLM's `AsyncScheduler` with KV kept free for top-priority requests."""
 
 
+class SageScheduler(SageMixin, Scheduler):
+    """vLLM's `Scheduler` with sage's Gittins-index order (off unless `sage.enabled`); built as
+    `AsyncSageScheduler` under async scheduling."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> SageScheduler:
+        if cls is SageScheduler and _async_scheduling(args, kwargs):
+            cls = AsyncSageScheduler
+        return object.__new__(cls)
+
+
+class AsyncSageScheduler(SageScheduler, AsyncScheduler):
+    """vLLM's `AsyncScheduler` with sage's Gittins-index order."""
+
+
 __all__ = [
     "AsyncMakeRoomScheduler",
     "AsyncReserveScheduler",
+    "AsyncSageScheduler",
     "AsyncSglangPreemptScheduler",
     "MakeRoomConfig",
     "MakeRoomConfigError",
@@ -88,6 +106,10 @@ __all__ = [
     "ReserveConfigError",
     "ReserveCounters",
     "ReserveScheduler",
+    "SageConfig",
+    "SageConfigError",
+    "SageCounters",
+    "SageScheduler",
     "SglangPreemptConfig",
     "SglangPreemptConfigError",
     "SglangPreemptCounters",

@@ -1,8 +1,8 @@
 """One flatshare scheduler's section of vLLM's `--additional-config`, read and checked the same way for each.
 
-Every flatshare scheduler reads its settings from its own key (`make_room`, `sglang_preempt`, `reserve`)
-into a frozen dataclass; a key the dataclass does not have is an error naming the valid ones, so a typo
-fails at start-up rather than running the default. Pure Python: importing this module imports no vLLM.
+Every flatshare scheduler reads its settings from its own key (`make_room`, `sglang_preempt`, `reserve`,
+`sage`) into a frozen dataclass; a key the dataclass does not have is an error naming the valid ones, so a
+typo fails at start-up rather than running the default. Pure Python: importing this module imports no vLLM.
 """
 
 from __future__ import annotations

@@ -15,8 +15,14 @@ SCHEDULER_ALIASES = {
     "make-room": "flatshare.scheduler.MakeRoomScheduler",
     "sglang-preempt": "flatshare.scheduler.SglangPreemptScheduler",
     "reserve": "flatshare.scheduler.ReserveScheduler",
+    "sage": "flatshare.scheduler.SageScheduler",
 }
-SCHEDULER_CONFIG_KEYS = {"make-room": "make_room", "sglang-preempt": "sglang_preempt", "reserve": "reserve"}
+SCHEDULER_CONFIG_KEYS = {
+    "make-room": "make_room",
+    "sglang-preempt": "sglang_preempt",
+    "reserve": "reserve",
+    "sage": "sage",
+}
 """The `additional_config` key each flatshare scheduler reads its settings from (docs/baselines-engine.md)."""
 POLICIES = ("fcfs", "priority")
 KV_LOAD_FAILURE_POLICIES = ("fail", "recompute")

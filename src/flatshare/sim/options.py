@@ -105,11 +105,14 @@ def check_scheduler_settings(scheduler: str, additional: dict[str, object]) -> N
 
 def _config_class(scheduler: str) -> Any:
     """The settings class of a flatshare scheduler alias (importing it imports vLLM)."""
-    from flatshare.scheduler import MakeRoomConfig, ReserveConfig, SglangPreemptConfig
+    from flatshare.scheduler import MakeRoomConfig, ReserveConfig, SageConfig, SglangPreemptConfig
 
-    return {"make-room": MakeRoomConfig, "sglang-preempt": SglangPreemptConfig, "reserve": ReserveConfig}[
-        scheduler
-    ]
+    return {
+        "make-room": MakeRoomConfig,
+        "sglang-preempt": SglangPreemptConfig,
+        "reserve": ReserveConfig,
+        "sage": SageConfig,
+    }[scheduler]
 
 
 def _json_object(option: str, text: str) -> dict[str, object]:

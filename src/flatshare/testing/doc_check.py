@@ -157,11 +157,13 @@ def check_additional_config(text: str) -> Problems:
     """vLLM's `--additional-config` JSON, each of flatshare's sections read by its scheduler's config."""
     from flatshare.scheduler.config import MakeRoomConfig
     from flatshare.scheduler.reserve_config import ReserveConfig
+    from flatshare.scheduler.sage_config import SageConfig
     from flatshare.scheduler.sglang_config import SglangPreemptConfig
 
     readers: dict[str, Callable[[Any], object]] = {
         "make_room": MakeRoomConfig.from_additional_config,
         "reserve": ReserveConfig.from_additional_config,
+        "sage": SageConfig.from_additional_config,
         "sglang_preempt": SglangPreemptConfig.from_additional_config,
     }
     try:
