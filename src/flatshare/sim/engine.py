@@ -89,6 +89,8 @@ class SimEngine:
             fails = failing_fraction(config.cpu_tier_load_failures)
             self._worker = SimOffloadWorker(per_token, per_token, fails, config.cpu_tier_failure_report)
         self.now = 0.0
+        if hasattr(self.scheduler, "metrics_clock"):  # a flatshare scheduler: its metrics on virtual time
+            self.scheduler.metrics_clock = lambda: self.now
         self.steps = 0
         self.preemptions = 0
         self.records: dict[str, RequestRecord] = {}
