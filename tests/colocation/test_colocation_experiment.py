@@ -173,3 +173,40 @@ def test_runs_under_spread_give_every_seed_row_its_range_over_the_near_optimal_s
     assert rows["make-room T=48: voice turn p95 s"].spread_low is None  # a row the runs lack has none
     assert load_summary(tmp_path / "summary.json").seed_comparison == summary.seed_comparison
     assert "spread over the near-optimal set" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.parametrize("key", ["alone", "agents-alone", "make-room-t48"])
+def test_every_condition_is_warmed_with_the_voice_system_prompt_alike(key: str) -> None:
+    """Under the seed preset the engine has served the voice agent's system prompt once before the window,
+    in every condition (agents-alone too, whose workload has no voice turn): the prompt's blocks went to
+    the CPU tier. With the setting off, nothing was served."""
+    from flatshare.colocation.experiment import build_run
+    from flatshare.colocation.setup import SEED
+
+    condition = next(c for c in MAIN_CONDITIONS if c.key == key)
+    for warm in (True, False):
+        plan = ColocationPlan(
+            callers=(2,), agents=2, seeds=1, duration_s=30.0, setup=SEED.with_changes(voice_warmup=warm)
+        )
+        _, engine, _, _ = build_run(condition, 2, 0, plan)
+        assert (engine.now, engine.records) == (0.0, {})
+        stored = engine.cpu_tier_counters()["stores"]
+        assert (stored > 0) == warm, (warm, engine.cpu_tier_counters())
+
+
+def test_the_first_voice_turn_is_no_longer_cold() -> None:
+    from flatshare.colocation.experiment import build_run
+    from flatshare.colocation.setup import SEED
+    from flatshare.replay.virtual import run_virtual
+
+    alone = next(c for c in MAIN_CONDITIONS if c.key == "alone")
+    first_ttft = {}
+    for warm in (True, False):
+        plan = ColocationPlan(
+            callers=(2,), agents=2, seeds=1, duration_s=60.0, setup=SEED.with_changes(voice_warmup=warm)
+        )
+        workload, engine, _, _ = build_run(alone, 2, 0, plan)
+        run = run_virtual(workload, [engine], until_s=20.0, stop_s=60.0)
+        first = min((r for r in run.records if r.cls == "voice"), key=lambda r: r.send_s)
+        first_ttft[warm] = first.first_token_s - first.send_s
+    assert first_ttft[True] < first_ttft[False] / 2, first_ttft  # 4,000 tokens fewer to prefill

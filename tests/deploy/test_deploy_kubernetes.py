@@ -196,7 +196,8 @@ def test_gateway_follows_the_headless_service(
         assert matches(service["spec"]["selector"], labels)
         c = deployment["spec"]["template"]["spec"]["containers"][0]
         assert int(flag(args_of(deployment), "--port") or 0) == discover.port
-        assert {p["containerPort"] for p in c["ports"]} == {discover.port}
+        served = {p["name"]: p["containerPort"] for p in c["ports"]}
+        assert served["http"] == discover.port and set(served) <= {"http", "make-room-mx"}
         # the pod keeps serving after it leaves DNS until the gateways have re-resolved
         assert (
             int(c["lifecycle"]["preStop"]["exec"]["command"][-1]) > discover.interval_s + discover.timeout_s
@@ -235,17 +236,22 @@ def test_vllm_pods_load_make_room_as_the_readme_says(
         module, _, name = cls.rpartition(".")
         assert module == "flatshare.scheduler" and name in scheduler_classes() and label == "make-room"
         additional = json.loads(flag(args, "--additional-config") or "")
-        assert additional == {"make_room": {"enabled": True}}
+        metrics = {"port": 9464, "host": "0.0.0.0"}  # the pod's IP: Prometheus scrapes it from elsewhere
+        assert additional == {"make_room": {"enabled": True}, "flatshare_metrics": metrics}
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        assert ports["make-room-mx"] == metrics["port"]
     assert with_make_room == make_room_pods
 
 
 @pytest.mark.vllm
 def test_make_room_accepts_the_additional_config(rendered: dict[str, list[dict[str, Any]]]) -> None:
     from flatshare.scheduler.config import MakeRoomConfig
+    from flatshare.scheduler.metrics_config import MetricsConfig
 
     for deployment in vllm_deployments(rendered["make-room"]):
         additional = json.loads(flag(args_of(deployment), "--additional-config") or "")
         assert MakeRoomConfig.from_additional_config(additional).enabled
+        assert MetricsConfig.from_additional_config(additional).port == 9464
 
 
 def test_dashboard_and_rules_are_generated_from_their_files(

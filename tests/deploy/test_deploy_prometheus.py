@@ -1,6 +1,9 @@
 """A real Prometheus (Debian's package, `make system-deps`) scraping a running gateway and two serve-sim
-processes: after a short replay through the gateway every Grafana panel query returns data through
-Prometheus's HTTP API, the shipped rules load, and killing a backend fires `FlatshareBackendStale`.
+processes running make-room (the simulated engine runs vLLM's scheduler with make-room, whose side port
+serves its metrics as in a real `vllm serve`): after a short replay through the gateway every Grafana panel
+query returns data through Prometheus's HTTP API, the shipped rules load, a hold bound set far too low
+(`max_hold_steps` 1) fires `FlatshareMakeRoomHoldOnBound`, and killing a backend fires
+`FlatshareBackendStale`.
 
 Everything listens on 127.0.0.1; Prometheus runs from a temp config and data folder and is stopped by pid.
 """
@@ -15,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -50,7 +54,7 @@ def test_rules_and_scrape_config_check() -> None:
         done = subprocess.run([str(PROMTOOL), *args], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stdout + done.stderr
     assert (
-        "SUCCESS: 8 rules found"
+        "SUCCESS: 10 rules found"
         in subprocess.run(
             [str(PROMTOOL), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
         ).stdout
@@ -58,22 +62,25 @@ def test_rules_and_scrape_config_check() -> None:
 
 
 def quick_rules(folder: Path) -> Path:
-    """rules.yml with every `for:` at 2 s, so alerts fire within a test's bounded wait."""
+    """rules.yml with every `for:` at 2 s and every 5-minute rate at 30 s, so alerts fire within a test's
+    bounded wait (a 5-minute rate of a test's 30 s of events is a tenth of their rate)."""
     yaml = pytest.importorskip("yaml")
     rules = yaml.safe_load(RULES.read_text())
     for group in rules["groups"]:
         for rule in group["rules"]:
             if "for" in rule:
                 rule["for"] = "2s"
+            rule["expr"] = rule["expr"].replace("[5m]", "[30s]")
     path = folder / "rules.yml"
     path.write_text(yaml.safe_dump(rules))
     return path
 
 
 @contextmanager
-def prometheus(folder: Path, gateway: str, backends: list[str]) -> Iterator[str]:
-    """Prometheus scraping the gateway (job flatshare-gateway) and the backends (job vllm) every second,
-    evaluating the rules every second; its base URL. Stopped by pid at the end."""
+def prometheus(folder: Path, gateway: str, backends: list[str], side_ports: list[int]) -> Iterator[str]:
+    """Prometheus scraping the gateway (job flatshare-gateway), the backends (job vllm) and make-room's side
+    ports (job make-room) every second, evaluating the rules every second; its base URL. Stopped by pid at
+    the end."""
     yaml = pytest.importorskip("yaml")
     hostport = [url.removeprefix("http://") for url in backends]
     config = {
@@ -85,6 +92,10 @@ def prometheus(folder: Path, gateway: str, backends: list[str]) -> Iterator[str]
                 "static_configs": [{"targets": [gateway.removeprefix("http://")]}],
             },
             {"job_name": "vllm", "static_configs": [{"targets": hostport}]},
+            {
+                "job_name": "make-room",
+                "static_configs": [{"targets": [f"127.0.0.1:{port}" for port in side_ports]}],
+            },
         ],
     }
     (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -141,6 +152,34 @@ def panel_queries() -> list[tuple[str, str]]:
     return [(panel["title"], target["expr"]) for panel in dashboard["panels"] for target in panel["targets"]]
 
 
+def make_room_settings(side_port: int) -> str:
+    """make-room holding agents' decode too, with its hold bound set far too low (every held step is
+    followed by a release), and its metrics on `side_port`."""
+    make_room = {"enabled": True, "hold_decode": True, "max_hold_steps": 1}
+    return json.dumps({"make_room": make_room, "flatshare_metrics": {"port": side_port}})
+
+
+def hold_burst(backend: str) -> None:
+    """Three agents (priority 10) decoding 300 tokens each, and a voice turn (priority 0) of 60 tokens
+    that arrives while they decode: make-room holds them for the turn's first 48 tokens."""
+
+    def complete(prompt_start: int, priority: int, max_tokens: int) -> None:
+        body = {
+            "model": "sim",
+            "prompt": list(range(prompt_start, prompt_start + 400)),
+            "max_tokens": max_tokens,
+            "priority": priority,
+        }
+        httpx.post(f"{backend}/v1/completions", json=body, timeout=120).raise_for_status()
+
+    with ThreadPoolExecutor(4) as pool:
+        agents = [pool.submit(complete, 5 + 400 * i, 10, 300) for i in range(3)]
+        time.sleep(0.5)
+        voice = pool.submit(complete, 3000, 0, 60)
+        for future in [*agents, voice]:
+            future.result()
+
+
 def replay(gateway: str, out: Path) -> None:
     """A short replay through the gateway (`flatshare replay`: voice callers and agents, streaming)."""
     command = [
@@ -153,9 +192,9 @@ def replay(gateway: str, out: Path) -> None:
         "--endpoint",
         gateway,
         "--duration",
-        "6",
+        "12",  # the voice callers' first turns come after up to 5 s of stagger and their first speech
         "--grace",
-        "20",
+        "60",  # an upper bound: the replay ends with its last request
         "--vocab-size",
         "512",
         "--out",
@@ -169,7 +208,15 @@ def replay(gateway: str, out: Path) -> None:
 @pytest.mark.vllm
 def test_dashboard_queries_return_data_and_a_killed_backend_fires_its_alert(tmp_path: Path) -> None:
     with ExitStack() as stack:
-        sims = stack.enter_context(serve_sim_processes(2, "--kv-tokens", "16384", "--max-model-len", "8192"))
+        side_ports = [free_port(), free_port()]
+        sims = stack.enter_context(
+            serve_sim_processes(
+                2,
+                *("--kv-tokens", "16384", "--max-model-len", "8192", "--scheduler", "make-room"),
+                *("--policy", "priority", "--speed", "4"),  # an agent's long reply ends inside the grace
+                each=lambda i: ("--additional-config", make_room_settings(side_ports[i])),
+            )
+        )
         # low thresholds: long prompts meet KV pressure, so every decision reason can show up
         config = GatewayConfig(
             backends=tuple(BackendConfig(sim.url, f"b{i}") for i, sim in enumerate(sims)),
@@ -178,8 +225,8 @@ def test_dashboard_queries_return_data_and_a_killed_backend_fires_its_alert(tmp_
             tokens=TokenConfig(source="estimate"),
         )
         url = stack.enter_context(ThreadServer(build_gateway(config).app)).url
-        prom = stack.enter_context(prometheus(tmp_path, url, [sim.url for sim in sims]))
-        wait_for(lambda: len(query(prom, "up == 1")) == 3, 30, "Prometheus to scrape all three targets")
+        prom = stack.enter_context(prometheus(tmp_path, url, [sim.url for sim in sims], side_ports))
+        wait_for(lambda: len(query(prom, "up == 1")) == 5, 30, "Prometheus to scrape all five targets")
 
         replay(url, tmp_path / "replay")
         sent = sum(1 for _ in (tmp_path / "replay" / "requests.jsonl").open())
@@ -199,10 +246,26 @@ def test_dashboard_queries_return_data_and_a_killed_backend_fires_its_alert(tmp_
             "flatshare:gateway_backends_healthy:sum",
             "flatshare:gateway_503:ratio_rate1m",
             "flatshare:gateway_kv_pressure_moves:ratio_rate5m",
+            "flatshare:make_room_hold_bound_releases:rate5m",
         ):
             assert query(prom, rule), rule
         assert float(query(prom, "flatshare:gateway_backends_healthy:sum")[0]["value"][1]) == 2
         assert not firing(prom, "FlatshareBackendStale")
+        # make-room's planted fault: a voice turn beside decoding agents on b0, held on a bound of one step
+        hold_burst(sims[0].url)
+        waits = 'flatshare_scheduler_first_token_wait_seconds_count{class="protected"}'
+        wait_for(lambda: sum(float(r["value"][1]) for r in query(prom, waits)) > 0, 30, "a protected wait")
+        assert sum(float(r["value"][1]) for r in query(prom, "flatshare_make_room_hold_steps_total")) > 0
+        wait_for(
+            lambda: firing(prom, "FlatshareMakeRoomHoldOnBound"),
+            30,
+            lambda: (
+                "FlatshareMakeRoomHoldOnBound to fire: "
+                f"{query(prom, 'flatshare_make_room_hold_bound_releases_total')} "
+                f"{query(prom, 'flatshare_make_room_empty_hold_steps_total')} "
+                f"{query(prom, 'flatshare:make_room_hold_bound_releases:rate5m')}"
+            ),
+        )
 
         # the planted fault: one backend killed; the gateway marks it stale and unhealthy
         os.kill(sims[1].pid, signal.SIGKILL)

@@ -10,7 +10,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
@@ -158,15 +158,18 @@ class SimProcess:
 
 
 @contextmanager
-def serve_sim_processes(count: int, *args: str, timeout_s: float = 120.0) -> Iterator[list[SimProcess]]:
+def serve_sim_processes(
+    count: int, *args: str, timeout_s: float = 120.0, each: Callable[[int], Sequence[str]] | None = None
+) -> Iterator[list[SimProcess]]:
     """`count` `flatshare serve-sim` processes on free loopback ports, started together and waited for
-    until healthy; stopped (SIGTERM, by pid) at the end."""
+    until healthy; stopped (SIGTERM, by pid) at the end. `each(i)`: more arguments for the i-th."""
     procs: list[SimProcess] = []
     with ExitStack() as logs:
         try:
-            for _ in range(count):
+            for i in range(count):
                 port = free_port()
-                cmd = [sys.executable, "-m", "flatshare.cli", "serve-sim", "--port", str(port), *args]
+                more = list(each(i)) if each is not None else []
+                cmd = [sys.executable, "-m", "flatshare.cli", "serve-sim", "--port", str(port), *args, *more]
                 log = logs.enter_context(tempfile.TemporaryFile())
                 proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
                 procs.append(SimProcess(proc, f"http://127.0.0.1:{port}", log))

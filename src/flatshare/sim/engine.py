@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,10 @@ from flatshare.sim.records import EngineSample, RequestRecord
 from flatshare.sim.requests import SimRequest
 from flatshare.sim.vllm_host import RequestFactory, build_scheduler
 from flatshare.sim.waits import WaitLedger
+
+WARMUP_LEAD_S = 30.0
+"""Virtual seconds before the run at which `SimEngine.warm_up` sends its requests (ample for a few
+prefills and their CPU-tier stores)."""
 
 
 class SimInvariantError(AssertionError):
@@ -89,6 +93,8 @@ class SimEngine:
             fails = failing_fraction(config.cpu_tier_load_failures)
             self._worker = SimOffloadWorker(per_token, per_token, fails, config.cpu_tier_failure_report)
         self.now = 0.0
+        if hasattr(self.scheduler, "metrics_clock"):  # a flatshare scheduler: its metrics on virtual time
+            self.scheduler.metrics_clock = lambda: self.now
         self.steps = 0
         self.preemptions = 0
         self.records: dict[str, RequestRecord] = {}
@@ -116,6 +122,30 @@ class SimEngine:
             self._rewind_idle(arrival)
         heapq.heappush(self._pending, (arrival, self._seq, request))
         self._seq += 1
+
+    def warm_up(self, requests: Sequence[SimRequest], lead_s: float = WARMUP_LEAD_S) -> int:
+        """Serve `requests` before the run, as a server that has served them once before its traffic
+        (`flatshare warmup`): on a fresh engine the clock starts at `-lead_s`, they are all sent then and
+        must be done (their CPU-tier stores too) before 0. Their records and the clock go back to a fresh
+        engine's, while the caches (vLLM's prefix cache, the CPU tier) keep what they left; the
+        scheduler's counters keep what they counted. Returns the steps they took."""
+        if self.records or self._pending or self.now != 0.0 or self.steps:
+            raise ValueError("warm_up needs a fresh engine (before any request)")
+        if not lead_s > 0:
+            raise ValueError(f"warm_up: lead_s must be > 0, got {lead_s}")
+        self.now = -lead_s
+        for request in requests:
+            self.submit(dataclasses.replace(request, arrival_s=-lead_s))
+        while self.step() is not None:
+            pass
+        self._drain_transfers(until_s=0.0)
+        if self.now > 0 or self._loads_in_flight() or self.scheduler.get_num_unfinished_requests():
+            raise ValueError(f"warm-up did not end {lead_s} s before the run (at {self.now:.3f} s)")
+        steps = self.steps
+        for request in requests:
+            del self.records[request.id]
+        self.now, self.steps, self.preemptions = 0.0, 0, 0
+        return steps
 
     def fail_loads(self, rule: Callable[[TransferJob], bool]) -> None:
         """Report the CPU-tier loads `rule` picks as failed (in the output that reports them finished),

@@ -81,6 +81,10 @@ def additional_config(scheduler: str, text: str = "", make_room: str = "") -> di
     return value
 
 
+METRICS_CONFIG_KEY = "flatshare_metrics"
+"""Where every flatshare scheduler reads its metrics port (`flatshare.scheduler.metrics_config`)."""
+
+
 def check_scheduler_settings(scheduler: str, additional: dict[str, object]) -> None:
     """For a flatshare scheduler alias: its own section must build its config (unknown keys are errors),
     and another flatshare scheduler's section is an error (it would be ignored). `vllm` reads no flatshare
@@ -94,6 +98,18 @@ def check_scheduler_settings(scheduler: str, additional: dict[str, object]) -> N
             raise InputError(
                 f"--additional-config: {key!r} is {name}'s section; --scheduler {scheduler} {reads}"
             )
+    if METRICS_CONFIG_KEY in additional:
+        from flatshare.scheduler.metrics_config import MetricsConfig  # imports vLLM (the package's)
+
+        if own is None:
+            raise InputError(
+                f"--additional-config: {METRICS_CONFIG_KEY!r} is served by flatshare's schedulers; "
+                f"--scheduler {scheduler} has none"
+            )
+        try:
+            MetricsConfig.from_additional_config(additional)
+        except ValueError as exc:
+            raise InputError(f"--additional-config: {exc}") from exc
     if own is None or own not in additional:
         return
     config_class = _config_class(scheduler)
