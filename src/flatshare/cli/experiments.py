@@ -59,7 +59,12 @@ def experiment_colocation(
     callers: Annotated[str, typer.Option(help="Caller counts, comma-separated.")] = "2,4,6",
     agents: Annotated[int, typer.Option(help="Coding-agent sessions beside the voice agent.")] = 24,
     seeds: Annotated[int, typer.Option(help="Seeds per condition (at least 5 for the full run).")] = 5,
-    duration: Annotated[float, typer.Option(help="Virtual seconds per run.")] = 600.0,
+    duration: Annotated[
+        float | None, typer.Option(help="Seconds per run (virtual; wall with --engine vllm) [600].")
+    ] = None,
+    drain: Annotated[
+        float | None, typer.Option(help="Seconds in-flight requests may run on after it [120].")
+    ] = None,
     max_model_len: Annotated[
         int | None,
         typer.Option(
@@ -102,6 +107,12 @@ def experiment_colocation(
     ] = None,
     conditions: Annotated[
         str | None, typer.Option(help="Only these conditions, comma-separated keys [all].")
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="The simulator's step-time profile: a shipped name or a JSON file [seed preset: llama3-8b-24gb]."
+        ),
     ] = None,
     scale: Annotated[
         float | None,
@@ -166,6 +177,7 @@ def experiment_colocation(
             "agent_source": agent_source or None,
             "async_scheduling": async_scheduling,
             "long_prefill_token_threshold": long_prefill_token_threshold,
+            "profile": profile,
         }  # an option left out keeps the preset's value
         if engine not in ("sim", "vllm"):
             raise ValueError(f"--engine must be sim or vllm, got {engine!r}")
@@ -181,9 +193,12 @@ def experiment_colocation(
             plan = dataclasses.replace(quick_plan, setup=setup)
         else:
             counts = tuple(int(c) for c in callers.split(","))
-            plan = ColocationPlan(
-                callers=counts, agents=agents, seeds=seeds, duration_s=duration, setup=setup
-            )
+            plan = ColocationPlan(callers=counts, agents=agents, seeds=seeds, setup=setup)
+        plan = dataclasses.replace(
+            plan,
+            duration_s=plan.duration_s if duration is None else duration,
+            drain_s=plan.drain_s if drain is None else drain,
+        )
         if workers:
             plan = dataclasses.replace(plan, workers=workers)
         if conditions is not None:
@@ -243,6 +258,39 @@ def _print_real_plan(plan: Any, specs: dict[str, Any]) -> None:
     )
     for condition in plan.conditions:
         typer.echo(f"server {condition.key}: {specs[condition.key].shell_line()}")
+
+
+@experiment_app.command("colocation-beside")
+def experiment_colocation_beside(
+    real: Annotated[Path, typer.Argument(help="A real-engine co-location experiment (--engine vllm).")],
+    out: Annotated[Path, typer.Option(help="Folder for the simulated runs, beside.md and beside.json.")],
+    profile: Annotated[
+        str | None, typer.Option(help="Step-time profile for the simulator (a file from calibrate-engine).")
+    ] = None,
+    calibrate: Annotated[
+        Path | None,
+        typer.Option(
+            help="Calibrate a profile first on a server started as the real run's vllm-priority one, "
+            "written here (.json, outside the package), and use it."
+        ),
+    ] = None,
+) -> None:
+    """The simulator beside a real co-location run: the same scaled workload, a profile calibrated on
+    the same server, and a table of where they agree, with the real-vs-real noise of a second seed."""
+    from flatshare.colocation.beside import calibrate_on_run, sim_beside_real
+
+    if (profile is None) == (calibrate is None):
+        fail("experiment colocation-beside: give --profile or --calibrate (one of them)")
+    try:
+        if calibrate is not None:
+            typer.echo(f"calibrating on a server started as {real}'s vllm-priority run ...")
+            profile = str(calibrate_on_run(real, calibrate))
+        assert profile is not None
+        enginelog.log_to(out)
+        sim_beside_real(real, profile, out)
+    except InputError as exc:
+        fail(str(exc))
+    typer.echo(f"table: {out / 'beside.md'}")
 
 
 TracesOption = Annotated[Path, typer.Option(help="Folder holding azure-llm-2023/ and mooncake-fast25/.")]

@@ -134,8 +134,8 @@ class ColocationPlan:
     def __post_init__(self) -> None:
         if not self.callers or min(self.callers) < 1 or self.agents < 1 or self.seeds < 1:
             raise ValueError("callers, agents and seeds must be >= 1")
-        if self.duration_s <= 0:
-            raise ValueError("duration must be > 0")
+        if not self.duration_s > 0 or not self.drain_s >= 0:
+            raise ValueError("duration must be > 0 and drain >= 0")
 
     def jobs(self) -> Iterator[tuple[Condition, int, int]]:
         for callers in self.callers:
