@@ -164,8 +164,7 @@ class ColocationSummary:
             "by_callers": {str(n): block.to_json() for n, block in self.by_callers.items()},
             "seed_comparison": [row.to_json() for row in self.seed_comparison],
             "setup": None if self.setup is None else dict(self.setup),
-            "engine": None if self.engine is None else dict(self.engine),
-        }
+        } | ({"engine": dict(self.engine)} if self.engine else {})
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ColocationSummary:

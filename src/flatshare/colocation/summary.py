@@ -28,7 +28,7 @@ judged),
 (the share of that total spent waiting for KV memory: `kv_memory` + `kv_behind_load`). `setup`: the runs'
 `flatshare.colocation.setup.Setup`, when they share one; else null. `engine`: what the runs ran on, when
 they share it (`kind` `sim` with its `profile`, or `vllm` with `model`, `device`, `hardware`,
-`vllm_version` and `notes`; and `scale`); null for runs that predate it. Without `alone` runs there is no
+`vllm_version` and `notes`; and `scale`); absent for runs that predate it. Without `alone` runs there is no
 target: `target_s` and the shares over it are null. Voice turns count a failed or refused turn as 30 s (see `flatshare.colocation.voice`).
 """
 
