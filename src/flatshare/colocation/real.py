@@ -12,8 +12,9 @@ whatever happens. The run folder has the simulated runs' layout and record forma
 model, device, hardware, vLLM version, scale, notes), `server_args`, `startup_s`, and `preemptions`
 from vLLM's own counter. Its server log is kept as `server.log` in the run folder.
 
-A server that does not start or a run that breaks raises (the executor names its condition and seed);
-the other runs go on.
+A server that does not start, or exits during the run, raises `VllmServerError` and saves nothing (the
+executor names the condition and seed); the other runs go on. Requests that fail on a live server are
+recorded as failed, as in any replay.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from flatshare.replay.records import write_records
 if TYPE_CHECKING:
     from flatshare.colocation.experiment import ColocationPlan, Condition
     from flatshare.replay.ledger import Ledger
+    from flatshare.replay.wallclock import WallClockOptions
+    from flatshare.workloads.model import Workload
 
 WARMUP_PROMPT = list(range(4, 36))
 
@@ -92,7 +95,7 @@ def engine_label(real: RealEngine, plan: ColocationPlan, url: str | None = None)
 
 
 async def warm_up(url: str, n: int) -> None:
-    """`n` short streaming-free completions, alternating voice (0) and agent (10) priority."""
+    """`n` short non-streamed completions, alternating voice (0) and agent (10) priority."""
     async with httpx.AsyncClient(timeout=httpx.Timeout(120.0)) as client:
         for k in range(n):
             body = {
@@ -106,7 +109,9 @@ async def warm_up(url: str, n: int) -> None:
             response.raise_for_status()
 
 
-async def _replay(url: str, n_warmup: int, workload: Any, ledger: Ledger, options: Any) -> None:
+async def _replay(
+    url: str, n_warmup: int, workload: Workload, ledger: Ledger, options: WallClockOptions
+) -> None:
     from flatshare.replay.endpoints import Endpoint
     from flatshare.replay.wallclock import run_wallclock
 
@@ -122,7 +127,7 @@ def run_real_one(
     from flatshare.colocation.experiment import build_workload, engine_config
     from flatshare.replay.ledger import Ledger
     from flatshare.replay.wallclock import WallClockOptions, run_in_loop
-    from flatshare.testing.vllm_server import VllmServer
+    from flatshare.testing.vllm_server import VllmServer, VllmServerError
 
     spec = serve_spec(condition, plan.setup, real)
     workload, workload_name = build_workload(condition, callers, seed, plan, vocab_size=real.vocab_size)
@@ -133,6 +138,8 @@ def run_real_one(
     try:
         with server:
             run_in_loop(_replay(server.url, real.warmup_requests, workload, ledger, options))
+            if not server.running():  # its requests failed: a broken run, not a measurement
+                raise VllmServerError(f"vLLM server exited during the run\n{server.log_tail()}")
             label = engine_label(real, plan, server.url)
             preemptions = max((s.preemptions_total for _, s in ledger.samples), default=0)
             last = run_in_loop(_last_preemptions(server.url))
