@@ -48,3 +48,14 @@ def test_the_cpu_preset_dry_run_names_its_servers(tmp_path: Path) -> None:
         assert "--max-model-len 819" in line and "--num-gpu-blocks-override 70" in line
         assert "kv-offloading" not in line
     assert not out.exists()
+
+
+def test_real_runs_ask_ray_for_a_gpu_each_or_two_cores() -> None:
+    pytest.importorskip("ray")
+    from flatshare.colocation.servers import real_engine
+    from flatshare.lab.executors import make_executor
+
+    gpu, cpu = real_engine("m", "gpu"), real_engine("m", "cpu")
+    assert gpu.ray_resources() == {"num_gpus": 1, "num_cpus": 1}
+    assert cpu.ray_resources() == {"num_cpus": 2}
+    assert make_executor("ray", resources=gpu.ray_resources()).resources == {"num_gpus": 1, "num_cpus": 1}  # type: ignore[attr-defined]

