@@ -61,6 +61,6 @@ def test_two_conditions_on_real_servers_write_the_simulated_runs_shapes(tmp_path
     assert "flatshare.scheduler.MakeRoomScheduler" in make_room_args
     report = (out / "report.md").read_text()
     assert "real vLLM" in report and "no CPU KV tier" in report  # the seed preset asks for one
-    assert "scale 0.05" in report
+    assert "scale 0.05" in report and "No `alone` runs: no target" in report
     for figure in ("tail.png", "cdf.png", "kv.png"):
         assert (out / figure).stat().st_size > 0

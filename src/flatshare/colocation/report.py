@@ -209,8 +209,13 @@ def write_report(
 ) -> None:
     lines = [f"# Co-location: a voice agent beside coding agents ({engine_words(summary.engine)})", ""]
     lines += [plan_line, "", *_engine_lines(summary.engine)]
+    target = (
+        "Target = `alone` turn p95 + 0.25 s."
+        if summary.target_s is not None
+        else "No `alone` runs: no target, and no shares of turns over it."
+    )
     lines += [
-        f"Target = `alone` turn p95 + 0.25 s. Turn latency = {summary.voice_pipeline_fixed_s:.2f} s of fixed "
+        f"{target} Turn latency = {summary.voice_pipeline_fixed_s:.2f} s of fixed "
         "voice pipeline + the engine's time to the end of the first sentence; failed turns count as 30 s.",
         "",
     ]
