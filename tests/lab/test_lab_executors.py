@@ -183,6 +183,7 @@ def test_ray_jobs_that_ask_for_a_gpu_each_get_one_and_share_none() -> None:
     ray = pytest.importorskip("ray")
     from flatshare.lab.ray_executor import RayExecutor
 
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
     ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
     seen: list[dict[str, object]] = []
     try:
