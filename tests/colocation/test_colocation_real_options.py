@@ -59,3 +59,15 @@ def test_real_runs_ask_ray_for_a_gpu_each_or_two_cores() -> None:
     assert gpu.ray_resources() == {"num_gpus": 1, "num_cpus": 1}
     assert cpu.ray_resources() == {"num_cpus": 2}
     assert make_executor("ray", resources=gpu.ray_resources()).resources == {"num_gpus": 1, "num_cpus": 1}  # type: ignore[attr-defined]
+
+
+def test_scale_shrinks_the_engines_token_capacities_and_keeps_its_step_budget() -> None:
+    from flatshare.colocation.experiment import MAIN_CONDITIONS, engine_config
+    from flatshare.colocation.setup import SEED
+
+    stock = next(c for c in MAIN_CONDITIONS if c.key == "vllm-priority")
+    full, small = engine_config(stock, SEED), engine_config(stock, SEED.with_changes(scale=0.05))
+    assert (small.max_model_len, small.kv_tokens, small.cpu_tier_tokens) == (819, 2253, 3277)
+    assert small.max_num_batched_tokens == full.max_num_batched_tokens
+    with pytest.raises(ValueError, match="scale"):
+        SEED.with_changes(scale=0.0)
