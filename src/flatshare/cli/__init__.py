@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from flatshare.cli import experiments, fidelity, gateway, listen, records, replay, sim, steptime  # noqa: F401  (registers the commands)
+from flatshare.cli import colocation, experiments, fidelity, gateway, listen, records, replay, sim, steptime  # noqa: F401  (registers the commands)
 from flatshare.cli.base import app, fail
 from flatshare.errors import InputError
 

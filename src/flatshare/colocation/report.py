@@ -10,6 +10,7 @@ from typing import Any
 
 from flatshare import safeout
 from flatshare.colocation import figures
+from flatshare.colocation.engine_words import engine_lines, engine_words, shared_fact
 from flatshare.colocation.results import ColocationSummary, ConditionResult
 from flatshare.colocation.runs import SavedRun, load_runs, run_dir
 from flatshare.colocation.seed_markdown import seed_counts_line, seed_table_lines
@@ -208,7 +209,7 @@ def write_report(
     out: Path, summary: ColocationSummary, plan_line: str, heard: list[str] | None = None
 ) -> None:
     lines = [f"# Co-location: a voice agent beside coding agents ({engine_words(summary.engine)})", ""]
-    lines += [plan_line, "", *_engine_lines(summary.engine)]
+    lines += [plan_line, "", *engine_lines(summary.engine)]
     target = (
         "Target = `alone` turn p95 + 0.25 s."
         if summary.target_s is not None
@@ -258,43 +259,11 @@ def write_report(
     safeout.write_text(out / "report.md", "\n".join(lines) + "\n")
 
 
-def engine_words(engine: Mapping[str, Any] | None) -> str:
-    """The report title's engine: `simulated engine` or `real vLLM <version>, <model>`."""
-    if not engine or engine.get("kind") != "vllm":
-        return "simulated engine"
-    return f"real vLLM {engine.get('vllm_version')}, {Path(str(engine.get('model'))).name}"
-
-
-def _engine_lines(engine: Mapping[str, Any] | None) -> list[str]:
-    if not engine:
-        return []
-    if engine.get("kind") != "vllm":
-        return [f"Engine: simulated (profile `{engine.get('profile')}`), scale {engine.get('scale')}.", ""]
-    lines = [
-        f"Engine: real `vllm serve` {engine.get('vllm_version')} on {engine.get('device')} "
-        f"({engine.get('hardware')}), model `{engine.get('model')}`, every token count at scale "
-        f"{engine.get('scale')}; one fresh server per run, wall-clock replay.",
-        "",
-    ]
-    notes = engine.get("notes") or []
-    return lines + [f"- {note}" for note in notes] + ([""] if notes else [])
-
-
-def _shared(runs: list[SavedRun], key: str, drop: tuple[str, ...] = ()) -> dict[str, Any] | None:
-    """The runs' `engine.json[key]` when every run has the same one (less `drop`); else None."""
-    found = {
-        json.dumps({k: v for k, v in (run.engine.get(key) or {}).items() if k not in drop}, sort_keys=True)
-        for run in runs
-    }
-    value = json.loads(found.pop()) if len(found) == 1 else None
-    return value or None
-
-
 def build_report(out: Path) -> ColocationSummary:
     """(Re)build summary.json, report.md and the figures from `out/runs` alone."""
     runs = load_runs(out)
     pipeline = VoicePipeline()
-    summary = summarize(runs, pipeline, setup=_shared(runs, "setup"), engine=_shared(runs, "engine"))
+    summary = summarize(runs, pipeline, setup=shared_fact(runs, "setup"), engine=shared_fact(runs, "engine"))
     safeout.write_text(out / "summary.json", json.dumps(summary.to_json(), indent=2, sort_keys=True) + "\n")
     figures.tail_figure(summary, out / "tail.png")
     figures.sweep_figure(summary, out / "window_sweep.png")
