@@ -43,11 +43,15 @@ def test_an_empty_runs_folder(tmp_path: Path) -> None:
     _report_refused(tmp_path, "no saved runs")
 
 
-def test_no_alone_condition(experiment: Path) -> None:
+def test_no_alone_condition_builds_a_report_without_a_target(experiment: Path) -> None:
     import shutil
 
     shutil.rmtree(experiment / "runs" / "alone")
-    _report_refused(experiment, "alone")
+    result = runner.invoke(app, ["report", str(experiment)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((experiment / "summary.json").read_text())
+    assert summary["target_s"] is None
+    assert all(m["voice_over_target_frac"] is None for m in summary["conditions"].values())
 
 
 def test_a_callers_folder_that_is_not_a_number(experiment: Path) -> None:

@@ -67,9 +67,18 @@ def test_target_failed_turns_and_throughput() -> None:
     assert summary.to_json()["conditions"]["make-room-t48"]["voice_over_target_frac"] == 0.0
 
 
-def test_summary_needs_the_alone_condition() -> None:
+def test_without_the_alone_condition_there_is_no_target() -> None:
+    """A plan without `alone` (the real-engine quick preset) still summarizes: no target, no shares over it."""
+    summary = summarize([run("vllm-priority", [voice(0, 0.0, 1.0), voice(1, 5.0, 2.0)])])
+    m = summary.conditions["vllm-priority"]
+    assert summary.target_s is None and m.n_voice_turns == 2 and m.voice_turn_p95_s is not None
+    assert m.voice_over_target_frac is None and m.voice_over_target_turns == 0
+    assert "voice_over_target_frac" not in m.voice_call_ci
+
+
+def test_an_alone_condition_without_voice_turns_is_refused() -> None:
     with pytest.raises(ValueError, match="alone"):
-        summarize([run("vllm-priority", [voice(0, 0.0, 1.0)])])
+        summarize([run("alone", [])])
 
 
 def test_intervals_resample_whole_calls() -> None:

@@ -158,3 +158,45 @@ def test_local_workers_end_when_their_parent_is_killed(tmp_path: Path, start_met
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
         parent.wait(timeout=30)
+
+
+def _on_gpu(job: Job[str]) -> dict[str, object]:
+    """A job that reports the GPUs Ray gave it, and when it held them."""
+    import os
+    import time
+
+    import ray
+
+    started = time.monotonic()
+    time.sleep(1.0)
+    return {
+        "gpus": ray.get_gpu_ids(),
+        "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "span": (started, time.monotonic()),
+    }
+
+
+@pytest.mark.timeout(300)
+def test_ray_jobs_that_ask_for_a_gpu_each_get_one_and_share_none() -> None:
+    """A local Ray instance declaring 2 GPUs (none is needed: Ray counts declared resources) runs
+    4 one-GPU jobs: each sees one GPU of its own, and never more than 2 run at once."""
+    ray = pytest.importorskip("ray")
+    from flatshare.lab.ray_executor import RayExecutor
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
+    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    seen: list[dict[str, object]] = []
+    try:
+        failures = RayExecutor(resources={"num_gpus": 1, "num_cpus": 1}).run(
+            [Job(f"run{k}", 0, "") for k in range(4)],
+            _on_gpu,
+            then=lambda job, result: seen.append(result) or [],
+        )
+    finally:
+        ray.shutdown()
+    assert failures == [] and len(seen) == 4
+    for result in seen:
+        assert len(result["gpus"]) == 1 and result["cuda"] == str(result["gpus"][0])  # type: ignore[arg-type,index]
+    spans = [result["span"] for result in seen]
+    for start, _ in spans:  # type: ignore[misc]
+        assert sum(s <= start < e for s, e in spans) <= 2  # type: ignore[misc]

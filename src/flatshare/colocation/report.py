@@ -10,6 +10,7 @@ from typing import Any
 
 from flatshare import safeout
 from flatshare.colocation import figures
+from flatshare.colocation.engine_words import engine_lines, engine_words, shared_fact
 from flatshare.colocation.results import ColocationSummary, ConditionResult
 from flatshare.colocation.runs import SavedRun, load_runs, run_dir
 from flatshare.colocation.seed_markdown import seed_counts_line, seed_table_lines
@@ -207,9 +208,15 @@ def _seed(summary: ColocationSummary) -> list[str]:
 def write_report(
     out: Path, summary: ColocationSummary, plan_line: str, heard: list[str] | None = None
 ) -> None:
-    lines = ["# Co-location: a voice agent beside coding agents (simulated engine)", "", plan_line, ""]
+    lines = [f"# Co-location: a voice agent beside coding agents ({engine_words(summary.engine)})", ""]
+    lines += [plan_line, "", *engine_lines(summary.engine)]
+    target = (
+        "Target = `alone` turn p95 + 0.25 s."
+        if summary.target_s is not None
+        else "No `alone` runs: no target, and no shares of turns over it."
+    )
     lines += [
-        f"Target = `alone` turn p95 + 0.25 s. Turn latency = {summary.voice_pipeline_fixed_s:.2f} s of fixed "
+        f"{target} Turn latency = {summary.voice_pipeline_fixed_s:.2f} s of fixed "
         "voice pipeline + the engine's time to the end of the first sentence; failed turns count as 30 s.",
         "",
     ]
@@ -274,7 +281,13 @@ def build_report(out: Path) -> ColocationSummary:
     """(Re)build summary.json, report.md and the figures from `out/runs` alone."""
     runs = load_runs(out)
     pipeline = VoicePipeline()
-    summary = summarize(runs, pipeline, setup=_shared_setup(runs), near_optimal=_near_optimal(out, pipeline))
+    summary = summarize(
+        runs,
+        pipeline,
+        setup=shared_fact(runs, "setup"),
+        engine=shared_fact(runs, "engine"),
+        near_optimal=_near_optimal(out, pipeline),
+    )
     safeout.write_text(out / "summary.json", json.dumps(summary.to_json(), indent=2, sort_keys=True) + "\n")
     figures.tail_figure(summary, out / "tail.png")
     figures.sweep_figure(summary, out / "window_sweep.png")

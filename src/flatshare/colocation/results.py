@@ -137,6 +137,7 @@ class ColocationSummary:
     by_callers: Mapping[int, CallerResult]
     seed_comparison: tuple[SeedComparisonRow, ...] = ()
     setup: Mapping[str, Any] | None = None
+    engine: Mapping[str, Any] | None = None  # what the runs ran on (`engine.json`'s `engine`), when shared
 
     def __post_init__(self) -> None:
         if not self.callers or set(self.callers) != set(self.by_callers):
@@ -166,7 +167,7 @@ class ColocationSummary:
             "by_callers": {str(n): block.to_json() for n, block in self.by_callers.items()},
             "seed_comparison": [row.to_json() for row in self.seed_comparison],
             "setup": None if self.setup is None else dict(self.setup),
-        }
+        } | ({"engine": dict(self.engine)} if self.engine else {})
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ColocationSummary:
@@ -184,4 +185,5 @@ class ColocationSummary:
             callers=tuple(data["callers"]),
             by_callers=by_callers,
             setup=data.get("setup"),
+            engine=data.get("engine"),
         )

@@ -18,6 +18,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from flatshare.workloads.scale import check_scale, scaled
+
 AGENT_SOURCES = ("synthetic", "weka")
 
 
@@ -36,7 +38,10 @@ class Setup:
     `VllmConfig.__post_init__`, unless an incompatible option is set); False: synchronous steps.
     `long_prefill_token_threshold`: vLLM's per-step cap on one request's prefill chunk
     (--long-prefill-token-threshold; 0, vLLM's default, is no cap): under a cap, several prefills share a
-    step's token budget.
+    step's token budget. `scale`: every token count of the workload and of the engine's token capacities
+    (`max_model_len`, `kv_tokens`, `cpu_tier_tokens`) times this factor in (0, 1]
+    (`flatshare.workloads.scale`), so the same experiment fits a small model or a CPU; the step budget
+    (`max_num_batched_tokens`) and the schedulers' settings are not scaled.
     `voice_warmup`: before the measured window, the engine serves the voice agent's system prompt once
     (`max_tokens` 1), in every condition alike (`alone` and `agents-alone` included), as an operator's
     `flatshare warmup` does at server start: no condition's first turn computes the prompt cold. False (how
@@ -54,8 +59,10 @@ class Setup:
     async_scheduling: bool = True
     long_prefill_token_threshold: int = 0
     voice_warmup: bool = False
+    scale: float = 1.0
 
     def __post_init__(self) -> None:
+        check_scale(self.scale)
         if self.max_model_len <= 0 or self.cpu_tier_tokens < 0:
             raise ValueError("setup: max_model_len must be > 0 and cpu_tier_tokens >= 0")
         if self.kv_tokens is not None and self.kv_tokens <= 0:
@@ -74,6 +81,10 @@ class Setup:
         from flatshare.sim.profile import load_profile
 
         return self.kv_tokens or load_profile(self.profile).default_kv_tokens
+
+    def scaled(self, tokens: int) -> int:
+        """A token count of the unscaled setup, scaled by `scale`."""
+        return scaled(tokens, self.scale)
 
     def with_changes(self, **changes: Any) -> Setup:
         return dataclasses.replace(self, **changes)

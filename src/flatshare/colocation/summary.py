@@ -27,7 +27,10 @@ experiment folder holds its runs under `spread/`, else null),
 `flatshare.sim.waits.WAIT_PARTS`, over turns with a first token and a ledger; the parts add up to
 `voice_wait_total_mean_s`, the mean time to first token of the same turns) and `voice_wait_kv_share`
 (the share of that total spent waiting for KV memory: `kv_memory` + `kv_behind_load`). `setup`: the runs'
-`flatshare.colocation.setup.Setup`, when they share one; else null. Voice turns count a failed or refused turn as 30 s (see `flatshare.colocation.voice`).
+`flatshare.colocation.setup.Setup`, when they share one; else null. `engine`: what the runs ran on, when
+they share it (`kind` `sim` with its `profile`, or `vllm` with `model`, `device`, `hardware`,
+`vllm_version` and `notes`; and `scale`); absent for runs that predate it. Without `alone` runs there is no
+target: `target_s` and the shares over it are null. Voice turns count a failed or refused turn as 30 s (see `flatshare.colocation.voice`).
 """
 
 from __future__ import annotations
@@ -99,7 +102,7 @@ def wait_parts(voice: list[Any]) -> dict[str, Any]:
 
 
 def call_cis(
-    runs: list[SavedRun], target_s: float, pipeline: VoicePipeline
+    runs: list[SavedRun], target_s: float | None, pipeline: VoicePipeline
 ) -> dict[str, tuple[float, float]]:
     """95% confidence intervals of the voice figures the seed's table compares, resampling whole calls (a
     run's voice session: its turns are not independent; `cluster_bootstrap_ci`). Keyed by the
@@ -122,7 +125,10 @@ def call_cis(
     figures: dict[str, tuple[list[Any], float | None]] = {
         "voice_turn_p50_s": (by_turn, 50.0),
         "voice_turn_p95_s": (by_turn, 95.0),
-        "voice_over_target_frac": ([(t > target_s).astype(float) for t in by_turn], None),
+    }
+    if target_s is not None:  # else no `alone` runs: no target
+        figures["voice_over_target_frac"] = ([(t > target_s).astype(float) for t in by_turn], None)
+    figures |= {
         "voice_over_10s_frac": ([(t > LONG_SILENCE_S).astype(float) for t in by_turn], None),
         "voice_ttft_mean_s": (list(ttfts.values()), None),
         "stage_first_sentence_mean_s": (list(sentences.values()), None),
@@ -141,8 +147,11 @@ def _mean_counters(runs: list[SavedRun], name: str) -> dict[str, float | None]:
     return {k: _round(statistics.fmean(run.engine.get(name, {}).get(k, 0) for run in runs), 2) for k in keys}
 
 
-def condition_metrics(runs: list[SavedRun], target_s: float, pipeline: VoicePipeline) -> ConditionResult:
-    """Metrics of one condition at one caller count, pooled over its seeds (comparisons not yet added)."""
+def condition_metrics(
+    runs: list[SavedRun], target_s: float | None, pipeline: VoicePipeline
+) -> ConditionResult:
+    """Metrics of one condition at one caller count, pooled over its seeds (comparisons not yet added);
+    with no target (`target_s` None: no `alone` runs) the shares over target are None."""
     voice = [r for run in runs for r in run.records if r.cls == "voice"]
     agents = [r for run in runs for r in run.records if r.cls == "agent"]
     turns = [pipeline.turn_latency(r) for r in voice]
@@ -161,9 +170,9 @@ def condition_metrics(runs: list[SavedRun], target_s: float, pipeline: VoicePipe
         voice_turn_p95_s=_round(percentile(turns, 95)),
         voice_turn_p95_ci=(_round(ci.low), _round(ci.high)) if ci else None,
         voice_turn_p99_s=_round(percentile(turns, 99)),
-        voice_over_target_frac=_round(sum(t > target_s for t in turns) / len(turns)) if turns else None,
+        voice_over_target_frac=_over(turns, target_s),
         voice_over_10s_frac=_round(sum(t > LONG_SILENCE_S for t in turns) / len(turns)) if turns else None,
-        voice_over_target_turns=sum(t > target_s for t in turns),
+        voice_over_target_turns=0 if target_s is None else sum(t > target_s for t in turns),
         voice_ttft_mean_s=_round(_mean([r.ttft_s for r in voice if r.ttft_s is not None])),
         voice_first_sentence_mean_s=_round(
             _mean([r.first_sentence_s - r.send_s for r in voice if r.first_sentence_s is not None])
@@ -188,6 +197,12 @@ def condition_metrics(runs: list[SavedRun], target_s: float, pipeline: VoicePipe
         voice_call_ci=call_cis(runs, target_s, pipeline),
         **wait_parts(voice),
     )
+
+
+def _over(turns: list[float], target_s: float | None) -> float | None:
+    if not turns or target_s is None:
+        return None
+    return _round(sum(t > target_s for t in turns) / len(turns))
 
 
 def _paired(seeds: tuple[float | None, ...], base_seeds: tuple[float | None, ...]) -> PairedComparison | None:
@@ -228,11 +243,12 @@ def summarize(
     runs: list[SavedRun],
     pipeline: VoicePipeline | None = None,
     setup: dict[str, Any] | None = None,
+    engine: dict[str, Any] | None = None,
     near_optimal: Sequence[ColocationSummary] = (),
 ) -> ColocationSummary:
-    """The whole summary (see the module docstring) from saved runs; `setup` is recorded as given.
-    `near_optimal`: the same plan's summaries at the other points of the seed fit's near-optimal set, whose
-    range each seed row carries (`flatshare.colocation.seed_table.spreads_over`)."""
+    """The whole summary (see the module docstring) from saved runs; `setup` and `engine` are recorded
+    as given. `near_optimal`: the same plan's summaries at the other points of the seed fit's near-optimal
+    set, whose range each row of the write-up's table carries (`flatshare.colocation.seed_table.spreads_over`)."""
     pipeline = pipeline or VoicePipeline()
     grouped: dict[int, dict[str, list[SavedRun]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
@@ -246,12 +262,14 @@ def summarize(
         if shared and "agents-alone" not in conditions:
             conditions["agents-alone"] = shared
         alone = conditions.get("alone")
-        if not alone:
-            raise InputError(f"callers={callers}: the 'alone' condition is needed to set the target")
-        alone_turns = [pipeline.turn_latency(r) for run in alone for r in run.records if r.cls == "voice"]
-        if not alone_turns:
-            raise InputError(f"callers={callers}: the 'alone' condition has no voice turn to set the target")
-        target = float(np.percentile(alone_turns, 95)) + TARGET_MARGIN_S
+        target: float | None = None
+        if alone:  # without it (a short real-engine plan) there is no target: shares over it are None
+            turns = [pipeline.turn_latency(r) for run in alone for r in run.records if r.cls == "voice"]
+            if not turns:
+                raise InputError(
+                    f"callers={callers}: the 'alone' condition has no voice turn to set the target"
+                )
+            target = float(np.percentile(turns, 95)) + TARGET_MARGIN_S
         metrics = {key: condition_metrics(rs, target, pipeline) for key, rs in sorted(conditions.items())}
         by_callers[callers] = CallerResult(_round(target), _add_comparisons(metrics))
     summary = ColocationSummary(
@@ -260,6 +278,7 @@ def summarize(
         callers=tuple(sorted(grouped)),
         by_callers=by_callers,
         setup=setup,
+        engine=engine,
     )
     spreads = spreads_over(summary, near_optimal) if near_optimal else None
     return dataclasses.replace(summary, seed_comparison=seed_comparison(summary, spreads))

@@ -193,9 +193,12 @@ class LocalExecutor:
             return _drive(_ProcessPool(pool), jobs, fn, on_done, then)
 
 
-def make_executor(name: str, workers: int = 0, ray_address: str | None = None) -> Executor:
+def make_executor(
+    name: str, workers: int = 0, ray_address: str | None = None, resources: dict[str, float] | None = None
+) -> Executor:
     """The executor a command's `--executor`, `--workers` and `--ray-address` name; InputError when
-    they do not fit (Ray asked for but not installed: the extra to install is named)."""
+    they do not fit (Ray asked for but not installed: the extra to install is named). `resources`: what
+    each job asks of a Ray cluster (`num_cpus`, `num_gpus`; None: one CPU)."""
     if name == "local":
         if ray_address is not None:
             raise InputError("--ray-address: only with --executor ray")
@@ -206,5 +209,5 @@ def make_executor(name: str, workers: int = 0, ray_address: str | None = None) -
         from flatshare.lab.ray_executor import RayExecutor, require_ray
 
         require_ray()
-        return RayExecutor(ray_address)
+        return RayExecutor(ray_address, resources=dict(resources or {}))
     raise InputError(f"--executor must be one of {', '.join(EXECUTORS)}, got {name!r}")

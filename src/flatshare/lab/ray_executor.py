@@ -1,4 +1,6 @@
-"""The `ray` executor: each job a `ray.remote` task (one CPU) on a Ray cluster.
+"""The `ray` executor: each job a `ray.remote` task on a Ray cluster, asking for one CPU, or for the
+resources the executor was given (`num_gpus: 1` for a run on a real GPU engine: Ray then runs as many at
+once as the cluster has GPUs, and sets each task's CUDA_VISIBLE_DEVICES to its own).
 
 The cluster is the one at `address`, else at `RAY_ADDRESS`; with neither, `ray.init()` starts a local
 instance for the run and shuts it down after. If Ray is already initialised in this process (a test, a
@@ -11,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from flatshare.errors import InputError
@@ -30,9 +32,9 @@ def _call(fn: Callable[[Job[Any]], Any], job: Job[Any]) -> Any:
 
 
 class _RayPool:
-    def __init__(self, ray: Any) -> None:
+    def __init__(self, ray: Any, resources: dict[str, float]) -> None:
         self._ray = ray
-        self._task = ray.remote(num_cpus=1)(_call)
+        self._task = ray.remote(**({"num_cpus": 1} | resources))(_call)
 
     def submit(self, fn: Callable[[Job[Any]], Any], job: Job[Any]) -> Any:
         return self._task.remote(fn, job)
@@ -55,6 +57,7 @@ class RayExecutor:
 
     address: str | None = None
     name: str = "ray"
+    resources: dict[str, float] = field(default_factory=dict)
 
     def run(
         self,
@@ -71,7 +74,7 @@ class RayExecutor:
             # Ray's INFO start-up notice is not printed (quiet by default); its warnings and errors are.
             ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
         try:
-            return _drive(_RayPool(ray), jobs, fn, on_done, then)
+            return _drive(_RayPool(ray, self.resources), jobs, fn, on_done, then)
         finally:
             if started:
                 ray.shutdown()

@@ -35,6 +35,7 @@ from flatshare.errors import InputError
 from flatshare.lab.rundir import read_json
 from flatshare.replay.records import MAX_TOKENS, ReplayRecord, read_records
 from flatshare.workloads.model import Session, WorkloadRequest
+from flatshare.workloads.scale import check_scale, scale_workload
 from flatshare.workloads.synth.voice import VoiceProfile
 
 SEGMENT_KINDS = ("caller", "wait", "reply", "hold")
@@ -124,8 +125,10 @@ def load_voice_run(folder: Path) -> VoiceRun:
     if not requests.is_file():
         raise InputError(f"{folder}: not a run folder (no requests.jsonl)")
     spec, seed, max_model_len, label = _run_facts(folder)
+    scale, unscaled_len = _scale(folder)
     try:
-        workload = parse_spec(spec, seed=seed, max_model_len=max_model_len)
+        workload = parse_spec(spec, seed=seed, max_model_len=unscaled_len or max_model_len)
+        workload = scale_workload(workload, scale, max_model_len)
     except (InputError, ValueError, OSError) as exc:
         raise InputError(f"{folder}: cannot rebuild its workload {spec!r} ({exc})") from exc
     sessions = {s.id: s for s in workload.sessions if s.speech_tokens_per_s is not None}
@@ -133,6 +136,24 @@ def load_voice_run(folder: Path) -> VoiceRun:
         raise InputError(f"{folder}: its workload {spec!r} has no voice calls")
     records = {r.id: r for r in read_records(requests)}
     return VoiceRun(folder, label, spec, seed, sessions, records)
+
+
+def _scale(folder: Path) -> tuple[float, int | None]:
+    """A co-location run's `--scale` and its unscaled max model length (`engine.json`'s `setup`): the
+    workload is rebuilt as the run built it (`flatshare.colocation.experiment.build_workload`). (1, None)
+    for other runs and for runs that predate scaling."""
+    path = folder / "engine.json"
+    setup = read_json(path).get("setup") if path.is_file() else None
+    if not isinstance(setup, dict) or setup.get("scale", 1.0) == 1.0:
+        return 1.0, None
+    scale, length = setup.get("scale"), setup.get("max_model_len")
+    try:
+        check_scale(scale)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise InputError(f"{path}: setup.{exc}") from exc
+    if isinstance(length, bool) or not isinstance(length, int) or not 2 <= length <= MAX_TOKENS:
+        raise InputError(f"{path}: setup.max_model_len must be an integer in [2, {MAX_TOKENS:,}]")
+    return float(scale), length  # type: ignore[arg-type]
 
 
 def _run_facts(folder: Path) -> tuple[str, int, int | None, str]:

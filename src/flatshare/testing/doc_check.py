@@ -104,7 +104,7 @@ def check_command(tokens: list[str], root: Path) -> Problems:
         return _check_make(args, root)
     if program == "pip":
         return _check_pip(args, root)
-    if program in SHELL_TOOLS:
+    if program in SHELL_TOOLS or (program == "bash" and args[:1] and args[0].startswith(REPO_DIRS)):
         return _check_paths(tokens, root)
     return [f"{program}: no check known for this program (add one to flatshare.testing.doc_check)"]
 

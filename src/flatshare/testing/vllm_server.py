@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, Protocol
 
 import psutil
 
@@ -135,10 +135,28 @@ class VllmServerConfig:
         return {**os.environ, **SERVER_ENV, **self.extra_env}
 
 
+class ServerSpec(Protocol):
+    """What `VllmServer` needs of a configuration: `VllmServerConfig` (tests), or another command line
+    (`flatshare.colocation.servers.ServeSpec`, the co-location experiment's real engines)."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def startup_timeout_s(self) -> float: ...
+
+    @property
+    def engine_niceness(self) -> int: ...
+
+    def command(self, port: int) -> list[str]: ...
+
+    def environment(self) -> dict[str, str]: ...
+
+
 class VllmServer:
     """One running vLLM server process (and its process group). Use as a context manager."""
 
-    def __init__(self, config: VllmServerConfig, log_dir: Path | None = None) -> None:
+    def __init__(self, config: ServerSpec, log_dir: Path | None = None) -> None:
         self.config = config
         self.port = free_port(config.host)
         self.url = f"http://{config.host}:{self.port}"
@@ -254,7 +272,7 @@ class VllmServer:
         self.stop()
 
 
-def start_vllm_server(config: VllmServerConfig, log_dir: Path | None = None) -> VllmServer:
+def start_vllm_server(config: ServerSpec, log_dir: Path | None = None) -> VllmServer:
     """Start a server and wait until `/health` answers 200; the caller must `stop()` it."""
     return VllmServer(config, log_dir).start()
 

