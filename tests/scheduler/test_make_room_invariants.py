@@ -99,6 +99,9 @@ def scenarios(draw: st.DrawFn, priorities: tuple[int, ...] = (0, 1, 5, 10)) -> S
         )
         lora = draw(st.sampled_from([0, 1, 2, 3])) if max_loras else 0
         requests.append(dataclasses.replace(request, lora_id=lora))
+    if draw(st.sampled_from([False, False, True])):  # arrival hints before some protected requests
+        for r in [r for r in requests if r.priority == 0][:3]:
+            requests.append(hint_for(r, draw(st.sampled_from([0.0, 0.05, 0.3]))))
     chunked = draw(st.sampled_from([True, True, True, False]))
     tier = draw(st.sampled_from([0, 0, 8192]))
     failures = draw(st.sampled_from([0.0, 0.0, 0.3])) if tier else 0.0
@@ -129,8 +132,25 @@ def scenarios(draw: st.DrawFn, priorities: tuple[int, ...] = (0, 1, 5, 10)) -> S
         "preempt_for_seats": draw(st.booleans()),
         "max_hold_steps": draw(st.sampled_from([4, 32, 256])),
         "max_connector_deferrals": draw(st.sampled_from([0, 2, 8])),
+        "pin_share": draw(st.sampled_from([0.0, 0.0, 0.1, 0.5])),
+        "pin_yields_to": draw(st.sampled_from(["all", "protected"])),
+        "recompute_tail_tokens": draw(st.sampled_from([0, 0, 256, 4096])),
+        "hint_window_s": draw(st.sampled_from([0.0, 0.0, 0.1, 0.5])),
     }
     return Scenario(tuple(requests), engine, make_room)
+
+
+def hint_for(turn: SimRequest, lead_s: float) -> SimRequest:
+    """An arrival hint `lead_s` before `turn`: one token, the turn's priority, `flatshare_hint` set."""
+    return SimRequest(
+        f"{turn.id}h",
+        max(turn.arrival_s - lead_s, 0.0),
+        (11, 12, 13),
+        1,
+        turn.priority,
+        "hint",
+        extra_args={"flatshare_hint": "turn"},
+    )
 
 
 @dataclass
@@ -143,6 +163,8 @@ class Run:
     # Per step: the requests whose CPU-tier lookup the connector deferred ("ask again": blocks they would
     # hit were being stored or loaded), which vLLM then skips for the step.
     lookups_deferred: list[frozenset[str]]
+    # Per step: the blocks make-room's prefix pin holds once `schedule()` returns.
+    pinned: list[int] = dataclasses.field(default_factory=list)
 
 
 def vllm_load_failure_stall(scheduler: Any) -> bool:
@@ -168,6 +190,7 @@ def simulate(scenario: Scenario, tmp: Path, make_room: dict[str, Any] | None) ->
     decisions: list[tuple[tuple[tuple[str, int], ...], tuple[str, ...]]] = []
     admitted: list[frozenset[str]] = []
     lookups_deferred: list[frozenset[str]] = []
+    pinned: list[int] = []
     deferred_now: set[str] = set()
     scheduler = engine.scheduler
     schedule = scheduler.schedule
@@ -192,6 +215,7 @@ def simulate(scenario: Scenario, tmp: Path, make_room: dict[str, Any] | None) ->
         )
         loading = {r.request_id for r in scheduler.requests.values() if r.status == LOADING}
         admitted.append(frozenset(output.num_scheduled_tokens) | loading)
+        pinned.append(int(getattr(scheduler, "pinned_kv_blocks", lambda: 0)()))
         if len(decisions) > MAX_STEPS:
             raise AssertionError(f"no end after {MAX_STEPS} steps (livelock?)")
         return output
@@ -203,7 +227,7 @@ def simulate(scenario: Scenario, tmp: Path, make_room: dict[str, Any] | None) ->
         assume(not vllm_load_failure_stall(scheduler))
         raise
     trace = [json.loads(line) for line in trace_path.read_text().splitlines()] if trace_path.exists() else []
-    return Run(result, decisions, trace, admitted, lookups_deferred)
+    return Run(result, decisions, trace, admitted, lookups_deferred, pinned)
 
 
 def check_complete(run: Run, scenario: Scenario) -> None:
@@ -282,6 +306,22 @@ def check_next_step_admissions(run: Run, scenario: Scenario) -> None:
         first = (after - before) | (scheduled_after - scheduled_before)
         overtaken = [r for r in first if priority[r] <= priority[request_id]]
         assert overtaken, f"{request_id} not admitted in the step after its victims were preempted: {line}"
+
+
+def check_pins(run: Run, scenario: Scenario) -> None:
+    """The prefix pin never holds more than its cap, and, yielding to all (`pin_yields_to` "all"), never
+    costs a preemption: vLLM preempts only when an allocation fails, the pin then gives back what it
+    holds first, and nothing is pinned inside `schedule()`, so a step in which vLLM preempted a request
+    make-room did not choose ends with nothing pinned."""
+    share = scenario.make_room.get("pin_share", 0.0)
+    cap = int(share * (scenario.engine.num_gpu_blocks - 1))
+    assert max(run.pinned, default=0) <= cap
+    if not share or scenario.make_room.get("pin_yields_to") != "all":
+        return
+    chosen = {line["step"]: set(line.get("victims", [])) for line in run.trace}
+    for step, (_, preempted) in enumerate(run.decisions, start=1):
+        by_vllm = set(preempted) - chosen.get(step, set())
+        assert not by_vllm or run.pinned[step - 1] == 0, (step, by_vllm, run.pinned[step - 1])
 
 
 def check_hold_bound(run: Run, scenario: Scenario) -> None:
@@ -417,6 +457,7 @@ def test_make_room_invariants(scenario: Scenario, tmp_path_factory: pytest.TempP
     check_connector_deferrals(run, scenario)
     check_next_step_admissions(run, scenario)
     check_hold_bound(run, scenario)
+    check_pins(run, scenario)
     check_protected_not_later(run, stock, scenario)
     if scenario.engine.policy == "fcfs":
         assert run.decisions == stock.decisions
