@@ -80,8 +80,6 @@ class SimEngine:
         self.config = config
         self.profile = profile
         self.scheduler = build_scheduler(config)
-        if hasattr(self.scheduler, "use_clock"):  # make-room's hint windows run on the virtual clock
-            self.scheduler.use_clock(lambda: self.now)
         self._factory = RequestFactory(config.block_size)
         connector = self.scheduler.get_kv_connector()
         self._tier = connector if isinstance(connector, SimCpuTierConnector) else None
@@ -91,6 +89,8 @@ class SimEngine:
             fails = failing_fraction(config.cpu_tier_load_failures)
             self._worker = SimOffloadWorker(per_token, per_token, fails, config.cpu_tier_failure_report)
         self.now = 0.0
+        if hasattr(self.scheduler, "use_clock"):  # make-room's hint windows run on the virtual clock
+            self.scheduler.use_clock(lambda: self.now)
         self.steps = 0
         self.preemptions = 0
         self.records: dict[str, RequestRecord] = {}
