@@ -100,3 +100,19 @@ def test_a_small_protected_tail_from_the_cpu_tier_is_recomputed_not_loaded() -> 
     counters = recomputed.scheduler.flatshare_counters()
     assert counters["tail_recomputes"] >= 1 and 0 < counters["tail_recomputed_tokens"] < 1024
     assert loaded.cpu_tier_counters()["loaded_tokens"] > recomputed.cpu_tier_counters()["loaded_tokens"]
+
+
+def test_the_window_closes_at_the_first_sentence_when_its_end_token_is_known() -> None:
+    """With `sentence_end_token_ids`, a protected reply's window closes once it has sampled a sentence
+    end (here its 10th token), not at T = 48: the agents get their prefill back sooner."""
+    from flatshare.sim.engine import SENTENCE_END_TOKEN
+
+    agents = [req(f"a{i}", 0.0, 6000, 50, priority=10) for i in range(2)]
+    turn = SimRequest("voice", 0.5, tuple(range(5, 305)), 60, 0, "voice", first_sentence_tokens=10)
+    _, fixed = simulate([*agents, turn])
+    _, sentence = simulate([*agents, turn], sentence_end_token_ids=[SENTENCE_END_TOKEN])
+    counters = sentence.scheduler.flatshare_counters()
+    assert counters["sentence_windows_closed"] == 1
+    assert counters["hold_steps"] < fixed.scheduler.flatshare_counters()["hold_steps"]
+    with pytest.raises(MakeRoomConfigError, match="sentence_end_token_ids"):
+        MakeRoomConfig.from_additional_config({"make_room": {"sentence_end_token_ids": ["."]}})

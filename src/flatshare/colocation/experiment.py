@@ -21,6 +21,8 @@ from flatshare.lab.executors import Executor, LocalExecutor, OnDone, default_wor
 from flatshare.lab.jobs import Job, JobsFailed
 from flatshare.sim.config import DEFAULT_ENGINE
 
+SENTENCE_END_TOKEN = 31999  # `flatshare.sim.engine.SENTENCE_END_TOKEN` (that module imports vLLM)
+
 if TYPE_CHECKING:
     from flatshare.gateway.baselines import Gate
     from flatshare.sim.engine import SimEngine
@@ -82,6 +84,7 @@ PIN = {"pin_share": 0.10}
 PIN_RESERVE = {"pin_share": 0.10, "pin_yields_to": "protected"}
 TAIL = {"recompute_tail_tokens": 1024}
 HINT = {"hint_window_s": 0.5}
+SENTENCE = {"sentence_end_token_ids": [SENTENCE_END_TOKEN]}  # the simulated model's sentence end
 MECHANISM_CONDITIONS = (
     Condition("make-room-t48-pin", "make-room", additional_config=_mr(48, **PIN)),
     Condition("make-room-t48-pinres", "make-room", additional_config=_mr(48, **PIN_RESERVE)),
@@ -98,6 +101,13 @@ MECHANISM_CONDITIONS = (
         "make-room-t48-pinres-tail-hint",
         "make-room",
         additional_config=_mr(48, **PIN_RESERVE, **TAIL, **HINT),
+        hint_lead_s=HINT_LEAD_S,
+    ),
+    Condition("make-room-t48-sentence", "make-room", additional_config=_mr(48, **SENTENCE)),
+    Condition(
+        "make-room-t48-pinres-tail-hint-sentence",
+        "make-room",
+        additional_config=_mr(48, **PIN_RESERVE, **TAIL, **HINT, **SENTENCE),
         hint_lead_s=HINT_LEAD_S,
     ),
 )

@@ -157,7 +157,13 @@ def run_virtual(
                 continue
             engine = engines[index]
             sim_request = SimRequest(
-                request.id, t, request.prompt_token_ids, request.max_tokens, request.priority, request.cls
+                request.id,
+                t,
+                request.prompt_token_ids,
+                request.max_tokens,
+                request.priority,
+                request.cls,
+                first_sentence_tokens=request.first_sentence_tokens,
             )
             engine.submit(sim_request)
             continue

@@ -46,6 +46,9 @@ class MakeRoomConfig:
     `hint_window_s`: an arrival hint (a protected request whose `SamplingParams.extra_args` carry
     `{"flatshare_hint": "turn"}`, `hint.py`) holds lower-priority prefill for at most this many seconds,
     or until a protected request arrives. 0 turns hints off (a hint is then an ordinary tiny request).
+    `sentence_end_token_ids`: token ids that end a sentence in the served model's vocabulary (".", "!",
+    "?" and their variants); when given, a protected request's window also closes once it has sampled one,
+    so the hold lasts the reply's first sentence, at most T tokens. Empty: the window is T tokens.
     `trace_path`: if set, append one JSON line per step in which make-room acted or held; the file
     must be writable when the scheduler is built.
     `allow_untested_vllm`: run on a vLLM version make-room was not tested against (a warning instead of
@@ -64,6 +67,7 @@ class MakeRoomConfig:
     pin_yields_to: str = "all"
     recompute_tail_tokens: int = 0
     hint_window_s: float = 0.0
+    sentence_end_token_ids: tuple[int, ...] = ()
     trace_path: str | None = None
     allow_untested_vllm: bool = False
 
@@ -88,6 +92,14 @@ class MakeRoomConfig:
             ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= high
             if not ok:
                 raise MakeRoomConfigError(f"make_room.{name} must be a number in [0, {high}], got {value!r}")
+        ends = self.sentence_end_token_ids
+        if not isinstance(ends, tuple | list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ends
+        ):
+            raise MakeRoomConfigError(
+                f"make_room.sentence_end_token_ids must be a list of token ids >= 0, got {ends!r}"
+            )
+        object.__setattr__(self, "sentence_end_token_ids", tuple(ends))
         if self.pin_yields_to not in PIN_YIELDS:
             raise MakeRoomConfigError(
                 f"make_room.pin_yields_to must be one of {PIN_YIELDS}, got {self.pin_yields_to!r}"

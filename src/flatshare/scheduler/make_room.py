@@ -98,6 +98,7 @@ class MakeRoomCounters:
     hints_fulfilled: int = 0
     hints_expired: int = 0
     hint_hold_steps: int = 0
+    sentence_windows_closed: int = 0
 
 
 @dataclass
@@ -140,6 +141,7 @@ class MakeRoomMixin(Scheduler):
             self._pins = pin.PrefixPins(pool, pin.cap_blocks(self.make_room.pin_share, pool.num_gpu_blocks))
         self._hints = HintWindows(self.make_room.hint_window_s)
         self._hint_held = False
+        self._sentences_done: set[str] = set()  # protected requests whose first sentence is out
         self._pending_trace: dict[str, Any] = {}  # what happened between steps, traced with the next
         self.clock: Callable[[], float] = time.time  # vLLM's clock for `Request.arrival_time`
 
@@ -174,6 +176,8 @@ class MakeRoomMixin(Scheduler):
         return len(self._pins) if self._pins is not None else 0
 
     def _free_request_blocks(self, request: Request) -> None:
+        if request.is_finished():
+            self._sentences_done.discard(request.request_id)
         pins = self._pins
         if pins is not None and request.is_finished() and request.priority <= self.make_room.protect_priority:
             added, over = pins.pin(pin.pinnable_blocks(self.kv_cache_manager, request.request_id))
@@ -377,9 +381,24 @@ class MakeRoomMixin(Scheduler):
         protect, window, threshold = config.protect_priority, config.window_tokens, None
         for r in self.running:
             p = r.priority
-            if p <= protect and r.num_output_tokens < window and (threshold is None or p < threshold):
+            in_window = p <= protect and r.num_output_tokens < window
+            if in_window and (threshold is None or p < threshold) and not self._sentence_done(r):
                 threshold = p
         return threshold
+
+    def _sentence_done(self, request: Request) -> bool:
+        """Whether a protected request's first sentence is out (`sentence_end_token_ids`): its window
+        closes then, before T tokens. Its outputs are read (fewer than T) until one ends a sentence."""
+        ends = self.make_room.sentence_end_token_ids
+        if not ends or request.num_output_tokens == 0:
+            return False
+        if request.request_id in self._sentences_done:
+            return True
+        if any(t in ends for t in request.output_token_ids):
+            self._sentences_done.add(request.request_id)
+            self.make_room_stats.sentence_windows_closed += 1
+            return True
+        return False
 
     def _with_hints(self, threshold: int | None, trace: dict[str, Any]) -> int | None:
         """The hold threshold with the open arrival hints' (expired ones dropped first)."""
@@ -398,7 +417,7 @@ class MakeRoomMixin(Scheduler):
         config = self.make_room
         return policy.in_window(
             request.priority, request.num_output_tokens, config.protect_priority, config.window_tokens
-        )
+        ) and not self._sentence_done(request)
 
     def _choose(
         self,
