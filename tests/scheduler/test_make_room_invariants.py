@@ -16,7 +16,11 @@ runs stock vLLM and make-room on the same inputs, and checks:
 - with seat preemption on and one lower priority class, a protected request is first scheduled no later
   than under stock vLLM, but for a few steps that make-room's earlier actions can cost it
   (`_PROTECTED_SLACK_S`);
-- disabled, under fcfs, or with equal priorities, every step's decisions equal stock vLLM's.
+- disabled, under fcfs, or with equal priorities, every step's decisions equal stock vLLM's;
+- the protected prefix pin (drawn with both `pin_yields_to`) never holds more than its cap, and yielding
+  to all never leaves a step in which vLLM preempted with anything pinned; drawn beside it, small tails
+  recomputed, arrival hints (hint requests before protected ones) and windows closed at a protected
+  reply's first sentence, all under every check above.
 
 `make test` runs the `ci` profile (a few hundred examples); `make test-invariants` the `soak` profile
 (thousands). Async scheduling runs under the simulator's pipelined driver: each step is scheduled while
@@ -39,7 +43,7 @@ from hypothesis import strategies as st
 from vllm.v1.request import RequestStatus
 
 from flatshare.sim.config import EngineConfig, fitting_model_len
-from flatshare.sim.engine import SimEngine, SimResult, SimStalledError
+from flatshare.sim.engine import SENTENCE_END_TOKEN, SimEngine, SimResult, SimStalledError
 from flatshare.sim.profile import load_profile
 from flatshare.sim.requests import SimRequest
 from simkit import req
@@ -99,6 +103,13 @@ def scenarios(draw: st.DrawFn, priorities: tuple[int, ...] = (0, 1, 5, 10)) -> S
         )
         lora = draw(st.sampled_from([0, 1, 2, 3])) if max_loras else 0
         requests.append(dataclasses.replace(request, lora_id=lora))
+    if draw(st.booleans()):  # protected replies whose first sentence ends (`sentence_end_token_ids`)
+        requests = [
+            dataclasses.replace(r, first_sentence_tokens=draw(st.integers(1, r.max_tokens)))
+            if r.priority == 0
+            else r
+            for r in requests
+        ]
     if draw(st.sampled_from([False, False, True])):  # arrival hints before some protected requests
         for r in [r for r in requests if r.priority == 0][:3]:
             requests.append(hint_for(r, draw(st.sampled_from([0.0, 0.05, 0.3]))))
@@ -136,6 +147,7 @@ def scenarios(draw: st.DrawFn, priorities: tuple[int, ...] = (0, 1, 5, 10)) -> S
         "pin_yields_to": draw(st.sampled_from(["all", "protected"])),
         "recompute_tail_tokens": draw(st.sampled_from([0, 0, 256, 4096])),
         "hint_window_s": draw(st.sampled_from([0.0, 0.0, 0.1, 0.5])),
+        "sentence_end_token_ids": draw(st.sampled_from([[], [SENTENCE_END_TOKEN]])),
     }
     return Scenario(tuple(requests), engine, make_room)
 

