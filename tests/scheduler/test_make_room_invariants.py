@@ -475,6 +475,67 @@ def test_make_room_invariants(scenario: Scenario, tmp_path_factory: pytest.TempP
         assert run.decisions == stock.decisions
 
 
+@st.composite
+def mechanism_scenarios(draw: st.DrawFn) -> Scenario:
+    """`scenarios()` with issue 34's mechanisms always on (the pin, tails, hints before every protected
+    request, first-sentence windows) and the CPU tier more often, so that each path is drawn often: in
+    `scenarios()` they are one setting among many."""
+    base = draw(scenarios())
+    protected = [r for r in base.requests if r.priority == 0]
+    lead = draw(st.sampled_from([0.0, 0.05, 0.3]))
+    requests = (*base.requests, *(hint_for(r, lead) for r in protected if not r.id.endswith("h")))
+    engine = base.engine
+    if draw(st.booleans()):
+        engine = engine.with_changes(cpu_tier_tokens=8192)
+    make_room = {
+        **base.make_room,
+        "pin_share": draw(st.sampled_from([0.1, 0.3, 0.5])),
+        "recompute_tail_tokens": draw(st.sampled_from([256, 4096])),
+        "hint_window_s": draw(st.sampled_from([0.1, 0.5])),
+        "sentence_end_token_ids": [SENTENCE_END_TOKEN],
+    }
+    return Scenario(tuple({r.id: r for r in requests}.values()), engine, make_room)
+
+
+# A protected request's prompt stored to the CPU tier and evicted from the GPU by a burst: its next turn is
+# offered a 600-token asynchronous hit, recomputed under `recompute_tail_tokens` (rarely drawn at random).
+SMALL_TAIL = Scenario(
+    (
+        req("v1", 0.0, 600, 4, priority=0, group="g1"),
+        *(req(f"a{i}", 0.5, 2600, 30, priority=10) for i in range(3)),
+        req("v2", 4.0, 650, 4, priority=0, group="g1"),
+    ),
+    EngineConfig(
+        kv_tokens=8192, max_model_len=4096, max_num_batched_tokens=512, cpu_tier_tokens=16384,
+        async_scheduling=True, scheduler_reserve_full_isl=False,
+    ),
+    {"enabled": True, "max_victims": 2, "window_tokens": 48, "hold_decode": False, "preempt_for_seats": True,
+     "max_hold_steps": 32, "max_connector_deferrals": 8, "pin_share": 0.0, "pin_yields_to": "all",
+     "recompute_tail_tokens": 1024, "hint_window_s": 0.5, "sentence_end_token_ids": []},
+)  # fmt: skip
+
+
+@settings(
+    settings.get_profile(PROFILE), max_examples=max(30, settings.get_profile(PROFILE).max_examples // 3)
+)
+@given(scenario=mechanism_scenarios())
+@example(scenario=SMALL_TAIL)
+def test_make_room_invariants_with_every_mechanism_on(
+    scenario: Scenario, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    note(repr(scenario))
+    tmp = tmp_path_factory.mktemp("mech")
+    stock = simulate(scenario, tmp, None)
+    run = simulate(scenario, tmp, scenario.make_room)
+    check_complete(run, scenario)
+    check_preemptions(run, scenario)
+    check_connector_deferrals(run, scenario)
+    check_next_step_admissions(run, scenario)
+    check_hold_bound(run, scenario)
+    check_pins(run, scenario)
+    check_protected_not_later(run, stock, scenario)
+
+
 @settings(
     settings.get_profile(PROFILE), max_examples=max(20, settings.get_profile(PROFILE).max_examples // 5)
 )
