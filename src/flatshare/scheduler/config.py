@@ -39,7 +39,7 @@ class MakeRoomConfig:
     released, least recently pinned first, whenever vLLM's own allocation would fail). 0 turns it off.
     `pin_yields_to`: whose allocations the pin gives way to: "all" (never a preemption or a refused
     admission stock vLLM would not have; the pin is then only an eviction order) or "protected" (lower
-    priorities run as on a cache `pin_share` smaller; a step that would schedule nothing releases it).
+    priorities run as on a cache `pin_share` smaller; a step it left with nothing scheduled releases it).
     `recompute_tail_tokens`: when the KV connector (the CPU tier) offers a protected request an external
     hit of fewer tokens than this, the request recomputes them instead of waiting out an asynchronous
     load (`tail.py`). 0 turns it off.

@@ -143,6 +143,7 @@ class MakeRoomMixin(MechanismsMixin):
         if not self._active:
             return super().schedule(*args, **kwargs)
         trace, self._pending_trace = self._pending_trace, {}
+        self._pin_refused = False
         throttle = bool(kwargs.get("throttle_prefills", args[0] if args else False))
         plan = self._plan(trace, state.prefills_deferred(self, throttle))
         self._preempt(plan.victims)
@@ -443,8 +444,8 @@ class MakeRoomMixin(MechanismsMixin):
         if plan.acted_for is not None and plan.acted_for not in scheduled:
             self._not_admitted(plan.acted_for, deferred, trace)
         pins = self._pins
-        if pins is not None and len(pins) and not output.total_num_scheduled_tokens and self.requests:
-            stats.pin_stall_releases += 1  # nothing scheduled while work waits: never for a pin
+        if pins is not None and len(pins) and not output.total_num_scheduled_tokens and self._pin_refused:
+            stats.pin_stall_releases += 1  # the pin kept out what would have run: never an empty step for it
             trace["pins_released_stall"] = pins.release_all()
         if self._held_waiting:
             stats.held_waiting_admissions += self._held_waiting

@@ -57,6 +57,7 @@ class MechanismsMixin(Scheduler):
             self._pins = pin.PrefixPins(pool, pin.cap_blocks(self.make_room.pin_share, pool.num_gpu_blocks))
         self._hints = HintWindows(self.make_room.hint_window_s)
         self._hint_held = False
+        self._pin_refused = False  # the pin kept an allocation out in this step
         self._sentences_done: set[str] = set()  # protected requests whose first sentence is out
         self._pending_trace: dict[str, Any] = {}  # what happened between steps, traced with the next
         self.clock: Callable[[], float] = time.time  # vLLM's clock for `Request.arrival_time`
@@ -111,7 +112,10 @@ class MechanismsMixin(Scheduler):
         pin must never leave the engine with nothing to schedule)."""
         if self.make_room.pin_yields_to == "all" or request.priority <= self.make_room.protect_priority:
             return True
-        return not any(r is not request for r in self.running)
+        if not any(r is not request for r in self.running):
+            return True
+        self._pin_refused = True  # a step that then schedules nothing releases the pins
+        return False
 
     def _recompute_tail(self, request: Any, tokens: int) -> bool:
         """Whether a connector's asynchronous hit of `tokens` for `request` is recomputed instead."""
