@@ -229,6 +229,21 @@ def test_tenant_priority_is_forwarded_clamped(tmp_path: Path, client_kind: str) 
         ]
 
 
+def test_an_arrival_hints_vllm_xargs_reach_the_backend(tmp_path: Path, client_kind: str) -> None:
+    """make-room's arrival hint rides in vLLM's `vllm_xargs` (docs/make-room.md): the gateway forwards it
+    whether it sends the body as received or rewrites it (a tenant's clamped priority)."""
+    hint = {"prompt": "hi", "max_tokens": 1, "vllm_xargs": {"flatshare_hint": "turn"}}
+    tenants = (TenantConfig("voice", ("sk-voice-01",), max_priority=0),)
+    with ExitStack() as stack:
+        r = rig(stack, tmp_path, client_kind, tenants=tenants)
+        voice = {"authorization": "Bearer sk-voice-01"}
+        assert r.post({**hint, "priority": 0}, headers=voice).status_code == 200  # as received
+        assert r.post({**hint, "priority": -5}, headers=voice).status_code == 200  # clamped: rewritten
+        bodies = r.states[0].bodies
+        assert [b["priority"] for b in bodies] == [0, 0]
+        assert [b["vllm_xargs"] for b in bodies] == [{"flatshare_hint": "turn"}] * 2
+
+
 def test_a_client_that_goes_away_aborts_the_upstream_request(two: Rig) -> None:
     two.states[0].tokens, two.states[0].token_delay_s = 200, 0.02
     with httpx.stream(

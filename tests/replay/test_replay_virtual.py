@@ -58,3 +58,30 @@ def test_schema_check_catches_a_broken_record() -> None:
     assert schema_problems({**good, "status": "fine"})
     assert schema_problems({**good, "token_times_s": [3.0, 2.0], "output_tokens": 2})
     assert schema_problems({k: v for k, v in good.items() if k != "send_s"}) == ["field 'send_s': missing"]
+
+
+def test_voice_turns_are_preceded_by_arrival_hints_that_stay_out_of_the_records() -> None:
+    """With `hint_lead_s`, each voice turn is preceded by a one-token hint request carrying
+    `flatshare_hint` in `extra_args`, sent `hint_lead_s` before the turn (not before the caller started
+    speaking); agents send none, and the run's records hold only the workload's requests."""
+    workload = parse_spec("voice-agents:callers=2,agents=2,duration=60", seed=1, max_model_len=32768)
+    (engine,) = _engines(1)
+    submitted: list[object] = []
+    submit = engine.submit
+
+    def recording(request: object) -> None:
+        submitted.append(request)
+        submit(request)  # type: ignore[arg-type]
+
+    engine.submit = recording  # type: ignore[method-assign]
+    run = run_virtual(workload, [engine], until_s=60, hint_lead_s=0.3)
+    hints = {r.id: r for r in submitted if r.extra_args == {"flatshare_hint": "turn"}}  # type: ignore[attr-defined]
+    turns = {r.id: r for r in run.records if r.session_id.startswith("voice")}
+    assert turns and set(hints) == {f"{rid}/hint" for rid in turns}
+    for rid, turn in turns.items():
+        hint = hints[f"{rid}/hint"]
+        assert hint.max_tokens == 1 and hint.priority == turn.priority  # type: ignore[attr-defined]
+        assert turn.send_s - 0.3 - 1e-9 <= hint.arrival_s <= turn.send_s  # type: ignore[attr-defined]
+    assert not any(r.id.endswith("/hint") for r in run.records)
+    with pytest.raises(ValueError, match="hint_lead_s"):
+        run_virtual(workload, _engines(1), until_s=60, hint_lead_s=-1)

@@ -16,7 +16,11 @@ runs stock vLLM and make-room on the same inputs, and checks:
 - with seat preemption on and one lower priority class, a protected request is first scheduled no later
   than under stock vLLM, but for a few steps that make-room's earlier actions can cost it
   (`_PROTECTED_SLACK_S`);
-- disabled, under fcfs, or with equal priorities, every step's decisions equal stock vLLM's.
+- disabled, under fcfs, or with equal priorities, every step's decisions equal stock vLLM's;
+- the protected prefix pin (drawn with both `pin_yields_to`) never holds more than its cap, and yielding
+  to all never leaves a step in which vLLM preempted with anything pinned; drawn beside it, small tails
+  recomputed, arrival hints (hint requests before protected ones) and windows closed at a protected
+  reply's first sentence, all under every check above.
 
 `make test` runs the `ci` profile (a few hundred examples); `make test-invariants` the `soak` profile
 (thousands). Async scheduling runs under the simulator's pipelined driver: each step is scheduled while
@@ -39,7 +43,7 @@ from hypothesis import strategies as st
 from vllm.v1.request import RequestStatus
 
 from flatshare.sim.config import EngineConfig, fitting_model_len
-from flatshare.sim.engine import SimEngine, SimResult, SimStalledError
+from flatshare.sim.engine import SENTENCE_END_TOKEN, SimEngine, SimResult, SimStalledError
 from flatshare.sim.profile import load_profile
 from flatshare.sim.requests import SimRequest
 from simkit import req
@@ -99,6 +103,16 @@ def scenarios(draw: st.DrawFn, priorities: tuple[int, ...] = (0, 1, 5, 10)) -> S
         )
         lora = draw(st.sampled_from([0, 1, 2, 3])) if max_loras else 0
         requests.append(dataclasses.replace(request, lora_id=lora))
+    if draw(st.booleans()):  # protected replies whose first sentence ends (`sentence_end_token_ids`)
+        requests = [
+            dataclasses.replace(r, first_sentence_tokens=draw(st.integers(1, r.max_tokens)))
+            if r.priority == 0
+            else r
+            for r in requests
+        ]
+    if draw(st.sampled_from([False, False, True])):  # arrival hints before some protected requests
+        for r in [r for r in requests if r.priority == 0][:3]:
+            requests.append(hint_for(r, draw(st.sampled_from([0.0, 0.05, 0.3]))))
     chunked = draw(st.sampled_from([True, True, True, False]))
     tier = draw(st.sampled_from([0, 0, 8192]))
     failures = draw(st.sampled_from([0.0, 0.0, 0.3])) if tier else 0.0
@@ -129,8 +143,26 @@ def scenarios(draw: st.DrawFn, priorities: tuple[int, ...] = (0, 1, 5, 10)) -> S
         "preempt_for_seats": draw(st.booleans()),
         "max_hold_steps": draw(st.sampled_from([4, 32, 256])),
         "max_connector_deferrals": draw(st.sampled_from([0, 2, 8])),
+        "pin_share": draw(st.sampled_from([0.0, 0.0, 0.1, 0.5])),
+        "pin_yields_to": draw(st.sampled_from(["all", "protected"])),
+        "recompute_tail_tokens": draw(st.sampled_from([0, 0, 256, 4096])),
+        "hint_window_s": draw(st.sampled_from([0.0, 0.0, 0.1, 0.5])),
+        "sentence_end_token_ids": draw(st.sampled_from([[], [SENTENCE_END_TOKEN]])),
     }
     return Scenario(tuple(requests), engine, make_room)
+
+
+def hint_for(turn: SimRequest, lead_s: float) -> SimRequest:
+    """An arrival hint `lead_s` before `turn`: one token, the turn's priority, `flatshare_hint` set."""
+    return SimRequest(
+        f"{turn.id}h",
+        max(turn.arrival_s - lead_s, 0.0),
+        (11, 12, 13),
+        1,
+        turn.priority,
+        "hint",
+        extra_args={"flatshare_hint": "turn"},
+    )
 
 
 @dataclass
@@ -143,6 +175,8 @@ class Run:
     # Per step: the requests whose CPU-tier lookup the connector deferred ("ask again": blocks they would
     # hit were being stored or loaded), which vLLM then skips for the step.
     lookups_deferred: list[frozenset[str]]
+    # Per step: the blocks make-room's prefix pin holds once `schedule()` returns.
+    pinned: list[int] = dataclasses.field(default_factory=list)
 
 
 def vllm_load_failure_stall(scheduler: Any) -> bool:
@@ -168,6 +202,7 @@ def simulate(scenario: Scenario, tmp: Path, make_room: dict[str, Any] | None) ->
     decisions: list[tuple[tuple[tuple[str, int], ...], tuple[str, ...]]] = []
     admitted: list[frozenset[str]] = []
     lookups_deferred: list[frozenset[str]] = []
+    pinned: list[int] = []
     deferred_now: set[str] = set()
     scheduler = engine.scheduler
     schedule = scheduler.schedule
@@ -192,6 +227,7 @@ def simulate(scenario: Scenario, tmp: Path, make_room: dict[str, Any] | None) ->
         )
         loading = {r.request_id for r in scheduler.requests.values() if r.status == LOADING}
         admitted.append(frozenset(output.num_scheduled_tokens) | loading)
+        pinned.append(int(getattr(scheduler, "pinned_kv_blocks", lambda: 0)()))
         if len(decisions) > MAX_STEPS:
             raise AssertionError(f"no end after {MAX_STEPS} steps (livelock?)")
         return output
@@ -203,7 +239,7 @@ def simulate(scenario: Scenario, tmp: Path, make_room: dict[str, Any] | None) ->
         assume(not vllm_load_failure_stall(scheduler))
         raise
     trace = [json.loads(line) for line in trace_path.read_text().splitlines()] if trace_path.exists() else []
-    return Run(result, decisions, trace, admitted, lookups_deferred)
+    return Run(result, decisions, trace, admitted, lookups_deferred, pinned)
 
 
 def check_complete(run: Run, scenario: Scenario) -> None:
@@ -282,6 +318,22 @@ def check_next_step_admissions(run: Run, scenario: Scenario) -> None:
         first = (after - before) | (scheduled_after - scheduled_before)
         overtaken = [r for r in first if priority[r] <= priority[request_id]]
         assert overtaken, f"{request_id} not admitted in the step after its victims were preempted: {line}"
+
+
+def check_pins(run: Run, scenario: Scenario) -> None:
+    """The prefix pin never holds more than its cap, and, yielding to all (`pin_yields_to` "all"), never
+    costs a preemption: vLLM preempts only when an allocation fails, the pin then gives back what it
+    holds first, and nothing is pinned inside `schedule()`, so a step in which vLLM preempted a request
+    make-room did not choose ends with nothing pinned."""
+    share = scenario.make_room.get("pin_share", 0.0)
+    cap = int(share * (scenario.engine.num_gpu_blocks - 1))
+    assert max(run.pinned, default=0) <= cap
+    if not share or scenario.make_room.get("pin_yields_to") != "all":
+        return
+    chosen = {line["step"]: set(line.get("victims", [])) for line in run.trace}
+    for step, (_, preempted) in enumerate(run.decisions, start=1):
+        by_vllm = set(preempted) - chosen.get(step, set())
+        assert not by_vllm or run.pinned[step - 1] == 0, (step, by_vllm, run.pinned[step - 1])
 
 
 def check_hold_bound(run: Run, scenario: Scenario) -> None:
@@ -417,9 +469,71 @@ def test_make_room_invariants(scenario: Scenario, tmp_path_factory: pytest.TempP
     check_connector_deferrals(run, scenario)
     check_next_step_admissions(run, scenario)
     check_hold_bound(run, scenario)
+    check_pins(run, scenario)
     check_protected_not_later(run, stock, scenario)
     if scenario.engine.policy == "fcfs":
         assert run.decisions == stock.decisions
+
+
+@st.composite
+def mechanism_scenarios(draw: st.DrawFn) -> Scenario:
+    """`scenarios()` with issue 34's mechanisms always on (the pin, tails, hints before every protected
+    request, first-sentence windows) and the CPU tier more often, so that each path is drawn often: in
+    `scenarios()` they are one setting among many."""
+    base = draw(scenarios())
+    protected = [r for r in base.requests if r.priority == 0]
+    lead = draw(st.sampled_from([0.0, 0.05, 0.3]))
+    requests = (*base.requests, *(hint_for(r, lead) for r in protected if not r.id.endswith("h")))
+    engine = base.engine
+    if draw(st.booleans()):
+        engine = engine.with_changes(cpu_tier_tokens=8192)
+    make_room = {
+        **base.make_room,
+        "pin_share": draw(st.sampled_from([0.1, 0.3, 0.5])),
+        "recompute_tail_tokens": draw(st.sampled_from([256, 4096])),
+        "hint_window_s": draw(st.sampled_from([0.1, 0.5])),
+        "sentence_end_token_ids": [SENTENCE_END_TOKEN],
+    }
+    return Scenario(tuple({r.id: r for r in requests}.values()), engine, make_room)
+
+
+# A protected request's prompt stored to the CPU tier and evicted from the GPU by a burst: its next turn is
+# offered a 600-token asynchronous hit, recomputed under `recompute_tail_tokens` (rarely drawn at random).
+SMALL_TAIL = Scenario(
+    (
+        req("v1", 0.0, 600, 4, priority=0, group="g1"),
+        *(req(f"a{i}", 0.5, 2600, 30, priority=10) for i in range(3)),
+        req("v2", 4.0, 650, 4, priority=0, group="g1"),
+    ),
+    EngineConfig(
+        kv_tokens=8192, max_model_len=4096, max_num_batched_tokens=512, cpu_tier_tokens=16384,
+        async_scheduling=True, scheduler_reserve_full_isl=False,
+    ),
+    {"enabled": True, "max_victims": 2, "window_tokens": 48, "hold_decode": False, "preempt_for_seats": True,
+     "max_hold_steps": 32, "max_connector_deferrals": 8, "pin_share": 0.0, "pin_yields_to": "all",
+     "recompute_tail_tokens": 1024, "hint_window_s": 0.5, "sentence_end_token_ids": []},
+)  # fmt: skip
+
+
+@settings(
+    settings.get_profile(PROFILE), max_examples=max(30, settings.get_profile(PROFILE).max_examples // 3)
+)
+@given(scenario=mechanism_scenarios())
+@example(scenario=SMALL_TAIL)
+def test_make_room_invariants_with_every_mechanism_on(
+    scenario: Scenario, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    note(repr(scenario))
+    tmp = tmp_path_factory.mktemp("mech")
+    stock = simulate(scenario, tmp, None)
+    run = simulate(scenario, tmp, scenario.make_room)
+    check_complete(run, scenario)
+    check_preemptions(run, scenario)
+    check_connector_deferrals(run, scenario)
+    check_next_step_admissions(run, scenario)
+    check_hold_bound(run, scenario)
+    check_pins(run, scenario)
+    check_protected_not_later(run, stock, scenario)
 
 
 @settings(

@@ -9,6 +9,7 @@ import pytest
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.engine import SimEngine
 from flatshare.sim.profile import load_profile
+from flatshare.sim.requests import SimRequest
 from simkit import by_id, req, run
 
 pytestmark = pytest.mark.vllm
@@ -109,3 +110,24 @@ def test_requests_submitted_later_arrive_at_their_time() -> None:
     result = engine.run()
     late = by_id(result)["late"]
     assert late.first_scheduled_s == pytest.approx(30.0)  # type: ignore[attr-defined]
+
+
+def test_a_voice_replys_first_sentence_ends_with_the_sentence_end_token() -> None:
+    """`SimRequest.first_sentence_tokens`: the simulated model samples `SENTENCE_END_TOKEN` as the first
+    sentence's last token, and never otherwise (make-room's `sentence_end_token_ids` reads it)."""
+    from flatshare.colocation.experiment import SENTENCE_END_TOKEN as EXPERIMENT_END
+    from flatshare.sim.engine import SENTENCE_END_TOKEN
+
+    assert EXPERIMENT_END == SENTENCE_END_TOKEN
+    engine = SimEngine(EngineConfig(), load_profile())
+    outputs: dict[str, list[int]] = {}
+
+    def snapshot(_: object) -> None:
+        for rid, request in engine.scheduler.requests.items():
+            outputs[rid] = list(request.output_token_ids)
+
+    engine.on_step = snapshot
+    voice = SimRequest("v", 0.0, tuple(range(5, 105)), 20, 0, "voice", first_sentence_tokens=7)
+    engine.run([voice, SimRequest("a", 0.0, tuple(range(5, 105)), 20, 10, "agent")])
+    assert outputs["v"][6] == SENTENCE_END_TOKEN and outputs["v"].count(SENTENCE_END_TOKEN) == 1
+    assert SENTENCE_END_TOKEN not in outputs["a"]

@@ -22,6 +22,8 @@ from flatshare.lab.jobs import Job, JobsFailed
 from flatshare.sim.config import DEFAULT_ENGINE
 from flatshare.workloads.tokens import DEFAULT_VOCAB
 
+SENTENCE_END_TOKEN = 31999  # `flatshare.sim.engine.SENTENCE_END_TOKEN` (that module imports vLLM)
+
 if TYPE_CHECKING:
     from flatshare.colocation.servers import RealEngine
     from flatshare.gateway.baselines import Gate
@@ -48,6 +50,8 @@ class Condition:
     window_tokens: int | None = None  # for the window sweep
     gate: str | None = None
     gate_settings: Mapping[str, Any] | None = None
+    hint_lead_s: float | None = None
+    """Send voice turns' arrival hints this long before each turn (None: none): `run_virtual`'s."""
 
 
 def _mr(window: int, **more: Any) -> dict[str, Any]:
@@ -70,6 +74,43 @@ MAIN_CONDITIONS = (
         "make-room",
         additional_config=_mr(48, hold_decode=True),
         max_num_batched_tokens=256,
+    ),
+)
+# make-room's pin, tail, hint and first-sentence mechanisms over make-room T=48, each alone and stacked (docs/make-room.md): the
+# protected prefix pin (10% of the KV cache), small protected tails recomputed rather than loaded from the
+# CPU tier (< 1,024 tokens), and arrival hints sent at the end of the caller's speech, the voice pipeline's
+# final-transcript delay (`VoicePipeline.asr_final_s`, 0.3 s) before the turn, holding agents' prefill for
+# at most 0.5 s.
+HINT_LEAD_S = 0.3
+PIN = {"pin_share": 0.10}
+PIN_RESERVE = {"pin_share": 0.10, "pin_yields_to": "protected"}
+TAIL = {"recompute_tail_tokens": 1024}
+HINT = {"hint_window_s": 0.5}
+SENTENCE = {"sentence_end_token_ids": [SENTENCE_END_TOKEN]}  # the simulated model's sentence end
+MECHANISM_CONDITIONS = (
+    Condition("make-room-t48-pin", "make-room", additional_config=_mr(48, **PIN)),
+    Condition("make-room-t48-pinres", "make-room", additional_config=_mr(48, **PIN_RESERVE)),
+    Condition("make-room-t48-tail", "make-room", additional_config=_mr(48, **TAIL)),
+    Condition("make-room-t48-hint", "make-room", additional_config=_mr(48, **HINT), hint_lead_s=HINT_LEAD_S),
+    Condition("make-room-t48-pinres-tail", "make-room", additional_config=_mr(48, **PIN_RESERVE, **TAIL)),
+    Condition(
+        "make-room-t48-pin-tail-hint",
+        "make-room",
+        additional_config=_mr(48, **PIN, **TAIL, **HINT),
+        hint_lead_s=HINT_LEAD_S,
+    ),
+    Condition(
+        "make-room-t48-pinres-tail-hint",
+        "make-room",
+        additional_config=_mr(48, **PIN_RESERVE, **TAIL, **HINT),
+        hint_lead_s=HINT_LEAD_S,
+    ),
+    Condition("make-room-t48-sentence", "make-room", additional_config=_mr(48, **SENTENCE)),
+    Condition(
+        "make-room-t48-pinres-tail-hint-sentence",
+        "make-room",
+        additional_config=_mr(48, **PIN_RESERVE, **TAIL, **HINT, **SENTENCE),
+        hint_lead_s=HINT_LEAD_S,
     ),
 )
 SWEEP_CONDITIONS = tuple(
@@ -127,7 +168,9 @@ class ColocationPlan:
     duration_s: float = 600.0
     drain_s: float = 120.0
     setup: Setup = SEED
-    conditions: tuple[Condition, ...] = MAIN_CONDITIONS + SWEEP_CONDITIONS + BASELINE_CONDITIONS
+    conditions: tuple[Condition, ...] = (
+        MAIN_CONDITIONS + MECHANISM_CONDITIONS + SWEEP_CONDITIONS + BASELINE_CONDITIONS
+    )
     workers: int = field(default_factory=default_workers)  # for the local executor
     engine: RealEngine | None = None  # None: the simulated engine; else real vLLM servers (`real`)
 
@@ -147,7 +190,7 @@ class ColocationPlan:
 
 def pick_conditions(keys: str) -> tuple[Condition, ...]:
     """The conditions named in `keys` (comma-separated), in the plan's order; ValueError naming unknowns."""
-    every = MAIN_CONDITIONS + SWEEP_CONDITIONS + BASELINE_CONDITIONS + BASELINE_SWEEP
+    every = MAIN_CONDITIONS + MECHANISM_CONDITIONS + SWEEP_CONDITIONS + BASELINE_CONDITIONS + BASELINE_SWEEP
     wanted = [k.strip() for k in keys.split(",") if k.strip()]
     unknown = sorted(set(wanted) - {c.key for c in every})
     if not wanted or unknown:
@@ -270,7 +313,12 @@ def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: Colo
 
     workload, engine, gate, spec = build_run(condition, callers, seed, plan)
     run = run_virtual(
-        workload, [engine], until_s=plan.duration_s, stop_s=plan.duration_s + plan.drain_s, gate=gate
+        workload,
+        [engine],
+        until_s=plan.duration_s,
+        stop_s=plan.duration_s + plan.drain_s,
+        gate=gate,
+        hint_lead_s=condition.hint_lead_s,
     )
     folder = run_dir(out, condition.key, callers, seed)
     facts = {
@@ -282,6 +330,8 @@ def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: Colo
         "duration_s": plan.duration_s,
         "seed": seed,
     }
+    if condition.hint_lead_s is not None:
+        facts["hint_lead_s"] = condition.hint_lead_s
     if condition.gate:
         facts["gate"] = {"name": condition.gate, "settings": dict(condition.gate_settings or {})}
     save_run(folder, run, facts)

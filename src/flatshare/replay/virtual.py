@@ -10,6 +10,13 @@ With `gate` (a gateway-side baseline, `flatshare.gateway.baselines.make_gate`), 
 it between their issue and their engine: it holds, releases, aborts and resubmits them and may change
 their `max_tokens` (`flatshare.replay.virtual_gate` says how, and how aborted attempts are recorded);
 its counters come back as `VirtualRun.gate_counters`.
+
+With `hint_lead_s`, every request of a spoken (voice) session is preceded by an arrival hint sent
+`hint_lead_s` seconds before it, as a voice agent sends one when its voice-activity detector reports the
+end of the caller's speech and the turn follows once the final transcript is in
+(`flatshare.scheduler.hint`): a one-token request of the turn's priority whose `extra_args` carry
+`{"flatshare_hint": "turn"}`. It knows nothing of the future: the turn's send time is already fixed when
+the caller starts speaking. Hints are not in the run's records.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from dataclasses import dataclass, field
 from flatshare.gateway.baselines.core import Gate
 from flatshare.replay.records import ReplayRecord
 from flatshare.replay.virtual_gate import GateDriver
+from flatshare.scheduler.hint import HINT_KEY, HINT_TURN
 from flatshare.sim.engine import SimEngine
 from flatshare.sim.records import EngineSample, RequestRecord
 from flatshare.sim.requests import SimRequest
@@ -47,11 +55,17 @@ class _Issuer:
     """The heap of sessions' next requests, by issue time."""
 
     def __init__(
-        self, workload: Workload, until_s: float | None, on_speech: Callable[[float, str], None] | None = None
+        self,
+        workload: Workload,
+        until_s: float | None,
+        on_speech: Callable[[float, str], None] | None = None,
+        hint_lead_s: float | None = None,
     ) -> None:
         self.sessions = {s.id: s for s in workload.sessions}
         self.on_speech = on_speech  # (when a caller starts speaking, session id)
         self.until_s = until_s
+        self.hint_lead_s = hint_lead_s
+        self.hints: list[tuple[float, int, WorkloadRequest]] = []
         self.heap: list[tuple[float, int, str, int]] = []
         self.position: dict[str, tuple[str, int]] = {}  # request id -> (session id, index)
         self._seq = 0
@@ -63,9 +77,21 @@ class _Issuer:
             return
         heapq.heappush(self.heap, (t, self._seq, session.id, k))
         self._seq += 1
+        if self.hint_lead_s is not None and session.speech_tokens_per_s is not None:
+            request = session.requests[k]
+            speech_start = t - request.pause_before_s if k > 0 else 0.0
+            heapq.heappush(self.hints, (max(t - self.hint_lead_s, speech_start, 0.0), self._seq, request))
+            self._seq += 1
 
     def next_time(self) -> float | None:
         return self.heap[0][0] if self.heap else None
+
+    def next_hint_time(self) -> float | None:
+        return self.hints[0][0] if self.hints else None
+
+    def pop_hint(self) -> tuple[float, WorkloadRequest]:
+        t, _, request = heapq.heappop(self.hints)
+        return t, request
 
     def pop(self) -> tuple[float, WorkloadRequest]:
         t, _, session_id, k = heapq.heappop(self.heap)
@@ -100,12 +126,16 @@ def run_virtual(
     on_progress: Callable[[float], None] | None = None,
     stop_s: float | None = None,
     gate: Gate | None = None,
+    hint_lead_s: float | None = None,
 ) -> VirtualRun:
     """Replay `workload` on `engines` in virtual time; no request is issued after `until_s`, and no engine
     steps past `stop_s` (requests unfinished then are recorded as failed: "run ended"). `gate`: a
-    gateway-side baseline between the sessions and the engines (module docstring)."""
+    gateway-side baseline between the sessions and the engines; `hint_lead_s`: send arrival hints
+    (module docstring; not with a gate)."""
+    if hint_lead_s is not None and (gate is not None or hint_lead_s < 0):
+        raise ValueError("hint_lead_s must be >= 0, and hints are not sent through a gate")
     gated = GateDriver(gate, engines) if gate is not None else None
-    issuer = _Issuer(workload, until_s, gated.speech_starts if gated is not None else None)
+    issuer = _Issuer(workload, until_s, gated.speech_starts if gated is not None else None, hint_lead_s)
     requests: dict[str, WorkloadRequest] = {}
     served_by: dict[str, int] = {}
     while True:
@@ -113,6 +143,11 @@ def run_virtual(
         clock = min((e.now for e in busy), default=None)
         due = issuer.next_time()
         wake = gated.next_time() if gated is not None else None
+        hint = issuer.next_hint_time()
+        if hint is not None and (clock is None or hint <= clock) and (due is None or hint <= due):
+            t, request = issuer.pop_hint()
+            engines[route(request, engines)].submit(_hint_request(request, t))
+            continue
         if due is not None and (clock is None or due <= clock) and (wake is None or due <= wake):
             t, request = issuer.pop()
             index = route(request, engines)
@@ -122,7 +157,13 @@ def run_virtual(
                 continue
             engine = engines[index]
             sim_request = SimRequest(
-                request.id, t, request.prompt_token_ids, request.max_tokens, request.priority, request.cls
+                request.id,
+                t,
+                request.prompt_token_ids,
+                request.max_tokens,
+                request.priority,
+                request.cls,
+                first_sentence_tokens=request.first_sentence_tokens,
             )
             engine.submit(sim_request)
             continue
@@ -140,7 +181,8 @@ def run_virtual(
                 issuer.finished(engine.records[_engine_id(gated, request_id)], requests[request_id])
         else:
             for request_id in report.finished:
-                issuer.finished(engine.records[request_id], requests[request_id])
+                if request_id in requests:  # not a hint
+                    issuer.finished(engine.records[request_id], requests[request_id])
         if on_progress is not None:
             on_progress(engine.now)
     if gated is not None:
@@ -148,6 +190,16 @@ def run_virtual(
         records = sorted(gated.records(now), key=lambda r: (r.send_s, r.id))
         return VirtualRun(records, _samples(engines), list(engines), dict(gated.gate.counters))
     return VirtualRun(_records(engines, requests, served_by), _samples(engines), list(engines))
+
+
+HINT_PROMPT = (11, 12, 13, 14)  # a tiny prompt: a hint is one short request, its content unused
+
+
+def _hint_request(turn: WorkloadRequest, t: float) -> SimRequest:
+    """The arrival hint for `turn`, sent at `t`: one output token, the turn's priority."""
+    return SimRequest(
+        f"{turn.id}/hint", t, HINT_PROMPT, 1, turn.priority, "hint", extra_args={HINT_KEY: HINT_TURN}
+    )
 
 
 def _tool_returned(issuer: _Issuer, request: WorkloadRequest) -> bool:

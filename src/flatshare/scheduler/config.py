@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 CONFIG_KEY = "make_room"
+PIN_YIELDS = ("all", "protected")
 
 
 class MakeRoomConfigError(ValueError):
@@ -33,6 +34,21 @@ class MakeRoomConfig:
     offloading connector answers "ask again" while blocks the request would hit are being stored or
     loaded) is acted for again at most this many steps in a row; then it counts as a misprediction and
     make-room waits until vLLM schedules it (0: the first deferral does).
+    `pin_share`: the protected prefix pin (`pin.py`): a finished protected request's prefix-cached blocks
+    stay resident on the GPU, at most this share of the KV cache (least recently pinned released first;
+    released, least recently pinned first, whenever vLLM's own allocation would fail). 0 turns it off.
+    `pin_yields_to`: whose allocations the pin gives way to: "all" (never a preemption or a refused
+    admission stock vLLM would not have; the pin is then only an eviction order) or "protected" (lower
+    priorities run as on a cache `pin_share` smaller; a step it left with nothing scheduled releases it).
+    `recompute_tail_tokens`: when the KV connector (the CPU tier) offers a protected request an external
+    hit of fewer tokens than this, the request recomputes them instead of waiting out an asynchronous
+    load (`tail.py`). 0 turns it off.
+    `hint_window_s`: an arrival hint (a protected request whose `SamplingParams.extra_args` carry
+    `{"flatshare_hint": "turn"}`, `hint.py`) holds lower-priority prefill for at most this many seconds,
+    or until a protected request arrives. 0 turns hints off (a hint is then an ordinary tiny request).
+    `sentence_end_token_ids`: token ids that end a sentence in the served model's vocabulary (".", "!",
+    "?" and their variants); when given, a protected request's window also closes once it has sampled one,
+    so the hold lasts the reply's first sentence, at most T tokens. Empty: the window is T tokens.
     `trace_path`: if set, append one JSON line per step in which make-room acted or held; the file
     must be writable when the scheduler is built.
     `allow_untested_vllm`: run on a vLLM version make-room was not tested against (a warning instead of
@@ -47,6 +63,11 @@ class MakeRoomConfig:
     preempt_for_seats: bool = True
     max_hold_steps: int = 128
     max_connector_deferrals: int = 8
+    pin_share: float = 0.0
+    pin_yields_to: str = "all"
+    recompute_tail_tokens: int = 0
+    hint_window_s: float = 0.0
+    sentence_end_token_ids: tuple[int, ...] = ()
     trace_path: str | None = None
     allow_untested_vllm: bool = False
 
@@ -61,10 +82,28 @@ class MakeRoomConfig:
             ("window_tokens", 0),
             ("max_hold_steps", 1),
             ("max_connector_deferrals", 0),
+            ("recompute_tail_tokens", 0),
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise MakeRoomConfigError(f"make_room.{name} must be an integer >= {minimum}, got {value!r}")
+        for name, high in (("pin_share", 0.5), ("hint_window_s", 10.0)):
+            value = getattr(self, name)
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= high
+            if not ok:
+                raise MakeRoomConfigError(f"make_room.{name} must be a number in [0, {high}], got {value!r}")
+        ends = self.sentence_end_token_ids
+        if not isinstance(ends, tuple | list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ends
+        ):
+            raise MakeRoomConfigError(
+                f"make_room.sentence_end_token_ids must be a list of token ids >= 0, got {ends!r}"
+            )
+        object.__setattr__(self, "sentence_end_token_ids", tuple(ends))
+        if self.pin_yields_to not in PIN_YIELDS:
+            raise MakeRoomConfigError(
+                f"make_room.pin_yields_to must be one of {PIN_YIELDS}, got {self.pin_yields_to!r}"
+            )
         if not isinstance(self.protect_priority, int) or isinstance(self.protect_priority, bool):
             raise MakeRoomConfigError(
                 f"make_room.protect_priority must be an integer, got {self.protect_priority!r}"

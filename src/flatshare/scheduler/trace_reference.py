@@ -27,6 +27,9 @@ EVENTS = {
     "preemption": "make-room chose victims for a waiting request (or declined to).",
     "hold": "a protected request's window kept lower-priority work out of the step.",
     "guard": "make-room stayed out, or its prediction was checked against what vLLM did.",
+    "pin": "the protected prefix pin (`pin_share`) kept or gave back blocks.",
+    "hint": "an arrival hint (`hint_window_s`) opened, was fulfilled or expired.",
+    "tail": "a small protected CPU-tier hit was recomputed (`recompute_tail_tokens`).",
 }
 
 FIELDS: dict[str, TraceField] = {
@@ -91,6 +94,26 @@ FIELDS: dict[str, TraceField] = {
         "guard",
         "vLLM did not schedule the request make-room acted for: make-room stops acting for it until vLLM "
         "schedules it (counted in `mispredicted_admissions`)",
+    ),
+    "pinned": TraceField(
+        "object", "pin", "protected request id -> [blocks it added to the pin, blocks released over the cap]"
+    ),
+    "pins_released_short": TraceField(
+        "int", "pin", "pinned blocks given back because vLLM's allocation failed with blocks pinned"
+    ),
+    "pins_released_stall": TraceField(
+        "int",
+        "pin",
+        "pinned blocks given back because the pin kept an allocation out of a step that then ran nothing",
+    ),
+    "hint": TraceField("list", "hint", "request ids of arrival hints that opened a window this step"),
+    "hint_fulfilled": TraceField(
+        "list", "hint", "protected requests that arrived while a hint's window was open"
+    ),
+    "hints_expired": TraceField("int", "hint", "hint windows that ended without a protected arrival"),
+    "hint_open": TraceField("int", "hint", "hint windows open in this step (their hold applies)"),
+    "tail_recomputed": TraceField(
+        "object", "tail", "protected request id -> CPU-tier tokens recomputed instead of loaded"
     ),
 }
 

