@@ -452,6 +452,17 @@ LORA_TRADE = Scenario(
 )  # fmt: skip
 
 
+def check_every_invariant(run: Run, stock: Run, scenario: Scenario) -> None:
+    """Every check a make-room run must pass against its stock twin (the functions above)."""
+    check_complete(run, scenario)
+    check_preemptions(run, scenario)
+    check_connector_deferrals(run, scenario)
+    check_next_step_admissions(run, scenario)
+    check_hold_bound(run, scenario)
+    check_pins(run, scenario)
+    check_protected_not_later(run, stock, scenario)
+
+
 @settings(settings.get_profile(PROFILE))
 @given(scenario=scenarios())
 @example(scenario=LORA_TRADE)
@@ -464,13 +475,7 @@ def test_make_room_invariants(scenario: Scenario, tmp_path_factory: pytest.TempP
     tmp = tmp_path_factory.mktemp("inv")
     stock = simulate(scenario, tmp, None)
     run = simulate(scenario, tmp, scenario.make_room)
-    check_complete(run, scenario)
-    check_preemptions(run, scenario)
-    check_connector_deferrals(run, scenario)
-    check_next_step_admissions(run, scenario)
-    check_hold_bound(run, scenario)
-    check_pins(run, scenario)
-    check_protected_not_later(run, stock, scenario)
+    check_every_invariant(run, stock, scenario)
     if scenario.engine.policy == "fcfs":
         assert run.decisions == stock.decisions
 
@@ -527,13 +532,7 @@ def test_make_room_invariants_with_every_mechanism_on(
     tmp = tmp_path_factory.mktemp("mech")
     stock = simulate(scenario, tmp, None)
     run = simulate(scenario, tmp, scenario.make_room)
-    check_complete(run, scenario)
-    check_preemptions(run, scenario)
-    check_connector_deferrals(run, scenario)
-    check_next_step_admissions(run, scenario)
-    check_hold_bound(run, scenario)
-    check_pins(run, scenario)
-    check_protected_not_later(run, stock, scenario)
+    check_every_invariant(run, stock, scenario)
 
 
 @settings(
