@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from flatshare.workloads.scale import check_scale, scaled
+from flatshare.scaling import check_scale, scaled
 
 AGENT_SOURCES = ("synthetic", "weka")
 

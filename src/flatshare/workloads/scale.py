@@ -12,24 +12,10 @@ clipped to `max_model_len` (the scaled engine's) by the workloads' own rule, `cl
 from __future__ import annotations
 
 import dataclasses
-import math
 
+from flatshare.scaling import check_scale, scaled
 from flatshare.workloads.model import Workload, WorkloadRequest, clip_to_model_len
 from flatshare.workloads.tokens import PromptSpan, head_spans
-
-
-def check_scale(factor: float) -> float:
-    """`factor` if it is a number in (0, 1]; ValueError otherwise."""
-    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1:
-        raise ValueError(f"scale must be a number in (0, 1], got {factor!r}")
-    return float(factor)
-
-
-def scaled(tokens: int, factor: float) -> int:
-    """`tokens` times `factor`, rounded half up; at least 1 when `tokens` is at least 1."""
-    if tokens <= 0:
-        return 0
-    return max(1, math.floor(tokens * factor + 0.5))
 
 
 def _span(span: PromptSpan, factor: float) -> PromptSpan:
