@@ -1,4 +1,7 @@
-"""deploy/: every Grafana query names a metric the gateway or vLLM really exports; Prometheus scrapes both."""
+"""deploy/: every Grafana query names a metric the gateway or vLLM really exports, or a recording rule the
+shipped rules define; Prometheus scrapes the gateway, vLLM and make-room's side port. The make-room panels'
+series (`flatshare_make_room_*`, `flatshare_scheduler_*`) are checked against a real scrape of the
+scheduler's side port by tests/deploy/test_deploy_prometheus.py."""
 
 from __future__ import annotations
 
@@ -27,9 +30,13 @@ def queries() -> list[str]:
 
 
 def metric_names(expr: str) -> set[str]:
-    """The metric names in a PromQL expression: ours start `flatshare_`, vLLM's `vllm:`."""
+    """The metric names in a PromQL expression: ours start `flatshare_` (recording rules `flatshare:`),
+    vLLM's `vllm:`."""
     without_strings = re.sub(r'"[^"]*"', "", expr)
-    return {t for t in NAME.findall(without_strings) if t.startswith(("flatshare_", "vllm:"))}
+    return {t for t in NAME.findall(without_strings) if t.startswith(("flatshare_", "flatshare:", "vllm:"))}
+
+
+SCHEDULER_SERIES = ("flatshare_make_room_", "flatshare_scheduler_")  # make-room's side port, not the gateway
 
 
 def exported(url: str) -> set[str]:
@@ -53,13 +60,26 @@ def test_every_query_names_a_metric() -> None:
 
 
 def test_gateway_queries_name_metrics_the_gateway_exports(gateway_names: set[str]) -> None:
-    used = {name for expr in queries() for name in metric_names(expr) if name.startswith("flatshare_")}
+    used = {
+        name
+        for expr in queries()
+        for name in metric_names(expr)
+        if name.startswith("flatshare_") and not name.startswith(SCHEDULER_SERIES)
+    }
     assert used and used <= gateway_names, used - gateway_names
     assert all(
         name.startswith("flatshare_")
         for name in gateway_names
         if not name.startswith(("python_", "process_"))
     )
+
+
+def test_recording_rules_the_dashboard_reads_are_defined() -> None:
+    yaml = pytest.importorskip("yaml")
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "rules.yml").read_text())
+    defined = {rule["record"] for group in rules["groups"] for rule in group["rules"] if "record" in rule}
+    used = {name for expr in queries() for name in metric_names(expr) if name.startswith("flatshare:")}
+    assert used <= defined, used - defined
 
 
 @pytest.mark.vllm
@@ -76,7 +96,7 @@ def test_prometheus_scrapes_the_gateway_and_vllm() -> None:
     yaml = pytest.importorskip("yaml")
     config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    assert set(jobs) == {"flatshare-gateway", "vllm"}
+    assert set(jobs) == {"flatshare-gateway", "vllm", "make-room"}
     assert all(
         job["metrics_path"] == "/metrics" and job["static_configs"][0]["targets"] for job in jobs.values()
     )
