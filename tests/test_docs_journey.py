@@ -4,7 +4,9 @@ The page's command blocks after its "operator journey" heading run in order as o
 `flatshare.testing.doc_run`, the machinery of the docs test, so servers started in one block still serve
 the next), in a temporary folder (which links the repository's `examples/`). The test then reads what the
 page tells the operator to look at: make-room's start-up line in vLLM's log and its trace, which must show
-preemptions made for protected requests. About 3 minutes on 2 cores.
+preemptions made for protected requests. About 3 minutes on 2 cores. The journey test is
+`load_sensitive` (run by `make test-server`, not `make test`): on a loaded machine the minute of traffic may
+pass without the cache ever being short when a voice turn waits, and make-room then rightly does nothing.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def test_journey_has_its_steps() -> None:
         assert step in script
 
 
+@pytest.mark.load_sensitive  # whether make-room must preempt depends on timing: 0 in one CI run of three
 def test_operator_journey_shows_make_room_acting(tmp_path: Path) -> None:
     result = run_block(journey_script(), tmp_path, ROOT / "src", JOURNEY_TIMEOUT_S)
     vllm_log = tmp_path / "vllm.log"
