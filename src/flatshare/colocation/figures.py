@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from flatshare.colocation.readme_tables import PER_CALLER_CONDITIONS
 from flatshare.colocation.results import ColocationSummary, ConditionResult
 from flatshare.colocation.runs import SavedRun
 from flatshare.colocation.voice import VoicePipeline
@@ -18,16 +19,7 @@ from flatshare.safeout import save_figure
 from flatshare.sim.waits import WAIT_PARTS
 
 MAIN_ORDER = (
-    "alone",
-    "vllm-fcfs",
-    "vllm-priority",
-    "make-room-preempt",
-    "make-room-t16",
-    "make-room-t48",
-    "make-room-t48-decode",
-    "vllm-priority-256",
-    "make-room-t48-256",
-    "make-room-t48-256-decode",
+    *PER_CALLER_CONDITIONS,  # stock vLLM and make-room, as the README's per-caller table lists them
     "leaseholder",
     "agent-cap",
     "flow-control",
