@@ -16,7 +16,6 @@ from flatshare.colocation.experiment import REAL_QUICK, Condition, run_plan
 from flatshare.colocation.report import build_report
 from flatshare.colocation.servers import real_engine
 from flatshare.lab.jobs import JobsFailed
-from flatshare.testing.tiny_model import make_tiny_model
 
 pytestmark = [pytest.mark.server, pytest.mark.vllm, pytest.mark.timeout(900)]
 
@@ -25,8 +24,10 @@ def _servers() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True) if "vllm" in " ".join(p.cmdline())}
 
 
-def test_two_conditions_on_real_servers_write_the_simulated_runs_shapes(tmp_path: Path) -> None:
-    model = make_tiny_model(tmp_path / "tiny")
+def test_two_conditions_on_real_servers_write_the_simulated_runs_shapes(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    model = tiny_model
     setup, real = real_engine(str(model), "cpu", startup_timeout_s=300).adopt(REAL_QUICK.setup)
     real = dataclasses.replace(real, warmup_requests=2)
     plan = dataclasses.replace(REAL_QUICK, agents=2, duration_s=30.0, drain_s=5.0, setup=setup, engine=real)

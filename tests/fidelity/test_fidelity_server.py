@@ -40,7 +40,6 @@ from flatshare.fidelity.command import FidelitySummary, calibrate_engine_command
 from flatshare.fidelity.compare import Row
 from flatshare.fidelity.profile_file import write_profile
 from flatshare.sim.profile import STEP_COEFFICIENTS, StepTimeProfile, load_profile
-from flatshare.testing.tiny_model import make_tiny_model
 from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
 
 pytestmark = [pytest.mark.server, pytest.mark.vllm, pytest.mark.timeout(900)]
@@ -97,8 +96,10 @@ def _slower(path: Path, factor: float) -> StepTimeProfile:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, FidelitySummary]]:
-    model = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+def results(
+    tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, FidelitySummary]]:
+    model = tiny_model
     logs, out = tmp_path_factory.mktemp("vllm-logs"), tmp_path_factory.mktemp("fidelity")
     found: dict[str, FidelitySummary] = {}
     for name, scheduler in (("stock", "vllm"), ("make-room", "make-room")):

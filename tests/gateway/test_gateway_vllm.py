@@ -1,11 +1,11 @@
 """The gateway in front of a real vLLM CPU server (tiny local model) and a second backend serving the same
 model (a fake that answers /tokenize with the real server's tokenizer): proxying, vLLM's own errors,
 priorities, /tokenize counts, and the threshold rule moving a long request off the real server while
-its KV cache is full. One server for the module (~30 s to start); this process never imports vLLM."""
+its KV cache is full. The session's shared server (tests/kit/shared_vllm.py); this process never imports
+vLLM."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import threading
 import time
@@ -20,8 +20,7 @@ from gatewaykit import backend_rows, gateway_config, read_events, running_gatewa
 from flatshare.gateway.config import PollConfig, ThresholdConfig, TokenConfig
 from flatshare.gateway.policies import first, threshold
 from flatshare.gateway.routing import BackendSnapshot, RequestFeatures, Thresholds
-from flatshare.testing.tiny_model import make_tiny_model
-from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
+from flatshare.testing.vllm_server import VllmServer
 from kit.fake_vllm import FakeState, fake_backend_app
 from kit.net import ThreadServer, wait_for
 
@@ -46,15 +45,11 @@ WORDS = [
 
 
 @pytest.fixture(scope="module")
-def backends(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[VllmServer, str]]:
-    if importlib.util.find_spec("vllm") is None:
-        pytest.skip("vLLM is not installed")
-    model = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-    config = VllmServerConfig(model=model, num_gpu_blocks=64, scheduling_policy="priority", max_num_seqs=8)
-    with VllmServer(config, log_dir=tmp_path_factory.mktemp("vllm-log")) as real:
-        twin = FakeState(model="tiny", tokenize_url=f"{real.url}/tokenize")
-        with ThreadServer(fake_backend_app(twin), log_level="critical") as other:
-            yield real, other.url
+def backends(tiny_vllm: VllmServer) -> Iterator[tuple[VllmServer, str]]:
+    """The session's shared vLLM server (tests/kit/shared_vllm.py) and a fake twin of it."""
+    twin = FakeState(model="tiny", tokenize_url=f"{tiny_vllm.url}/tokenize")
+    with ThreadServer(fake_backend_app(twin), log_level="critical") as other:
+        yield tiny_vllm, other.url
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +92,7 @@ def test_requests_pass_through_to_real_vllm(gateway: tuple[str, Path]) -> None:
 
 
 FILLED: list[str] = []  # how each filler request ended, quoted if the KV never fills
-FILLERS = 4  # two fit in the KV cache at once; the others wait, so one starts as soon as one ends
+FILLERS = 4  # ~1000 tokens of KV each: four fill the shared server's 4064 tokens (two filled 64 blocks)
 
 
 def keep_full(url: str, seed: int, stop: threading.Event) -> None:

@@ -7,13 +7,13 @@ from __future__ import annotations
 import importlib.util
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 from gatewaykit import gateway_config, running_gateway
 
 from flatshare.gateway.config import TokenConfig
-from flatshare.testing.tiny_model import make_tiny_model
 from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
 from kit.net import wait_for
 
@@ -23,11 +23,12 @@ KEY = "sk-vllm-backend-key-7"
 
 
 @pytest.fixture(scope="module")
-def keyed_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def keyed_vllm(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed")
-    model = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-    config = VllmServerConfig(model=model, num_gpu_blocks=64, max_num_seqs=4, extra_args=("--api-key", KEY))
+    config = VllmServerConfig(
+        model=tiny_model, num_gpu_blocks=64, max_num_seqs=4, extra_args=("--api-key", KEY)
+    )
     with VllmServer(config, log_dir=tmp_path_factory.mktemp("vllm-log")) as server:
         yield server.url
 

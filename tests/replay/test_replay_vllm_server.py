@@ -5,7 +5,6 @@ check and hold every request of the workload."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,10 +14,10 @@ from flatshare.replay.command import replay_command
 from flatshare.replay.records import RECORD_VERSION
 from flatshare.replay.rundir import read_samples
 from flatshare.sim.options import EngineOptions
-from flatshare.testing.tiny_model import make_tiny_model
-from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
+from flatshare.testing.vllm_server import VllmServer
 from flatshare.workloads.spec import parse_spec
 from kit.net import ThreadServer
+from kit.shared_vllm import SHARED_SETTINGS
 
 pytestmark = [pytest.mark.server, pytest.mark.vllm]
 
@@ -28,13 +27,10 @@ COMMON = {"seed": SEED, "max_model_len": MODEL_LEN, "vocab_size": VOCAB, "show_p
 
 
 @pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    model = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-    config = VllmServerConfig(
-        model=model, max_model_len=MODEL_LEN, num_gpu_blocks=128, scheduling_policy="priority"
-    )
-    with VllmServer(config, log_dir=tmp_path_factory.mktemp("vllm-log")) as server:
-        yield server
+def vllm_server(tiny_vllm: VllmServer) -> VllmServer:
+    """The session's shared server (tests/kit/shared_vllm.py): 128 blocks, max_model_len 1024."""
+    assert SHARED_SETTINGS["max_model_len"] == MODEL_LEN
+    return tiny_vllm
 
 
 @pytest.fixture(scope="module")

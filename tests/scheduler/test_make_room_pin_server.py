@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from flatshare.protocol.prompt_ids import FIRST_ID
-from flatshare.testing.tiny_model import make_tiny_model
 from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
+from kit.shared_vllm import TinyModels
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(900)]
 
@@ -84,9 +84,9 @@ def run_case(
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny_model(tiny_models: TinyModels) -> Path:
     pytest.importorskip("vllm")
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", vocab_size=VOCAB)
+    return tiny_models.get(vocab_size=VOCAB)
 
 
 def test_the_pin_keeps_the_protected_prefix_cached_through_a_burst(

@@ -40,8 +40,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from flatshare.fidelity.probes import histogram_buckets, metric
 from flatshare.protocol.prompt_ids import FIRST_ID
-from flatshare.testing.tiny_model import make_tiny_model
 from flatshare.testing.vllm_server import VllmServer, VllmServerConfig, free_port
+from kit.shared_vllm import TinyModels
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(1200)]  # two servers, each up to ATTEMPT_BUDGET_S
 
@@ -377,10 +377,10 @@ def _config(model: Path, trace_path: Path | None, max_num_seqs: int = 4) -> Vllm
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny_model(tiny_models: TinyModels) -> Path:
     pytest.importorskip("vllm")
     # Positions up to 32k for the long contexts (RoPE: the weights are no larger).
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", max_position_embeddings=32768)
+    return tiny_models.get(max_position_embeddings=32768)
 
 
 @pytest.fixture(scope="module")

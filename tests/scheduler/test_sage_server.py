@@ -15,13 +15,13 @@ import random
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from flatshare.protocol.prompt_ids import FIRST_ID
-from flatshare.testing.tiny_model import make_tiny_model
 from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(900)]
@@ -71,9 +71,9 @@ def _stream(client: httpx.Client, body: dict[str, Any], first: dict[str, float],
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     pytest.importorskip("vllm")
-    model = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+    model = tiny_model
     config = VllmServerConfig(
         model=model,
         max_model_len=2048,

@@ -11,8 +11,9 @@ transformers = pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+def model_dir(tiny_model: Path) -> Path:
+    """The session's default tiny model (tests/conftest.py), built by `make_tiny_model`."""
+    return tiny_model
 
 
 def test_config_has_cpu_friendly_shape(model_dir: Path) -> None:

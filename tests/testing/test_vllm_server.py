@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
-from flatshare.testing.tiny_model import make_tiny_model
 from flatshare.testing.vllm_server import VllmServer, VllmServerConfig, VllmServerError
 
 METRICS = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_preemptions_total")
@@ -58,19 +58,9 @@ def test_config_rejects_what_vllm_cannot_start(changes: dict[str, object], messa
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("vllm")
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-
-
-@pytest.fixture(scope="module")
-def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    config = VllmServerConfig(model=tiny_model, num_gpu_blocks=64, scheduling_policy="priority")
-    with VllmServer(config, log_dir=tmp_path_factory.mktemp("vllm-log")) as handle:
-        yield handle
-    assert not handle.running()
-    with pytest.raises(ProcessLookupError):  # the whole process group is gone
-        os.killpg(handle.pid, 0)
+def server(tiny_vllm: VllmServer) -> VllmServer:
+    """The session's shared server (tests/kit/shared_vllm.py): a priority server on the tiny model."""
+    return tiny_vllm
 
 
 @pytest.fixture
@@ -173,3 +163,21 @@ def test_an_error_inside_the_block_carries_the_servers_state_and_log(tmp_path: P
     assert ("had exited with code 3" if exits else "still running") in note
     assert "ERROR EngineCore died" in note and str(handle.log_path) in note
     assert not handle.running()
+
+
+def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
+    """`stop()` signals the server's process group: a child that the leader started (as vLLM's API server
+    starts its engine core and workers) is gone too. A stand-in leader, so no vLLM is needed."""
+    handle = VllmServer(VllmServerConfig(model=tmp_path), log_dir=tmp_path)
+    child = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])"
+    handle._process = subprocess.Popen(
+        [sys.executable, "-c", f"{child}; print('started', flush=True); time.sleep(60)"],
+        process_group=0,
+        stdout=subprocess.PIPE,
+    )
+    assert handle._process.stdout is not None and handle._process.stdout.readline() == b"started\n"
+    assert len(psutil.Process(handle.pid).children()) == 1
+    handle.stop(timeout_s=10.0)
+    assert not handle.running()
+    with pytest.raises(ProcessLookupError):  # the whole process group is gone
+        os.killpg(handle.pid, 0)
