@@ -19,7 +19,7 @@ from flatshare.gateway.backends import BackendState
 from flatshare.gateway.config import BackendConfig, PollConfig
 from flatshare.gateway.poller import Poller
 from flatshare.gateway.scrape import ScrapeError, parse_metrics
-from flatshare.gateway.upstream import make_upstream
+from flatshare.gateway.upstream_make import make_upstream
 from flatshare.gateway.watch import TaskWatch
 from kit.fake_vllm import FakeState, fake_backend_app, metrics_page
 from kit.net import ThreadServer, wait_for

@@ -26,7 +26,7 @@ from flatshare.gateway.config import BackendConfig, PollConfig
 from flatshare.gateway.poller import Poller
 from flatshare.gateway.scrape import ScrapeError, parse_metrics
 from flatshare.gateway.sse import EventFramer
-from flatshare.gateway.upstream import make_upstream
+from flatshare.gateway.upstream_make import make_upstream
 from flatshare.gateway.watch import TaskWatch
 from flatshare.protocol.sse import event_data
 from kit.fake_vllm import FakeState, fake_backend_app

@@ -44,7 +44,8 @@ from flatshare.gateway.proxy import Proxy, ProxyParts
 from flatshare.gateway.switch import RoutingConfig, RoutingSwitch
 from flatshare.gateway.telemetry import CONTENT_TYPE, GatewayMetrics
 from flatshare.gateway.tenants import Tenants
-from flatshare.gateway.upstream import auth_headers, make_upstream, resolve_client
+from flatshare.gateway.upstream import auth_headers, resolve_client
+from flatshare.gateway.upstream_make import make_upstream
 
 log = logging.getLogger("flatshare.gateway")
 
