@@ -8,7 +8,7 @@ import pytest
 
 from flatshare.colocation.runs import SavedRun
 from flatshare.colocation.summary import summarize
-from flatshare.colocation.voice import VoicePipeline
+from flatshare.listen.voice import VoicePipeline
 from flatshare.replay.records import ReplayRecord
 
 

@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from flatshare.colocation.voice import VoicePipeline
 from flatshare.errors import InputError
 from flatshare.lab.rundir import read_json
+from flatshare.listen.voice import VoicePipeline
 from flatshare.replay.records import MAX_TOKENS, ReplayRecord, read_records
 from flatshare.workloads.model import Session, WorkloadRequest
 from flatshare.workloads.scale import check_scale, scale_workload
