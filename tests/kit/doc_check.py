@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flatshare.testing.doc_blocks import SYNTAX, Block
+from kit.doc_blocks import SYNTAX, Block
 
 PLACEHOLDERS = {"MODEL": "tiny", "DIR": "out/doc-test", "VOCAB": "512", "N": "1", "POD": "pod-0"}
 SEPARATORS = frozenset({"&&", "||", ";", "&", "|", "(", ")"})
@@ -106,7 +106,7 @@ def check_command(tokens: list[str], root: Path) -> Problems:
         return _check_pip(args, root)
     if program in SHELL_TOOLS or (program == "bash" and args[:1] and args[0].startswith(REPO_DIRS)):
         return _check_paths(tokens, root)
-    return [f"{program}: no check known for this program (add one to flatshare.testing.doc_check)"]
+    return [f"{program}: no check known for this program (add one to tests/kit/doc_check.py)"]
 
 
 def check_flatshare(args: list[str]) -> Problems:
