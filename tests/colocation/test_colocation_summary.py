@@ -9,7 +9,7 @@ import pytest
 from flatshare.colocation.runs import SavedRun
 from flatshare.colocation.summary import summarize
 from flatshare.listen.voice import VoicePipeline
-from flatshare.replay.records import ReplayRecord
+from flatshare.runfiles.records import ReplayRecord
 
 
 def voice(i: int, send: float, first_sentence_after: float | None, status: str = "ok") -> ReplayRecord:

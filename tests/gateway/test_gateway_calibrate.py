@@ -19,7 +19,7 @@ from flatshare.gateway.calibrate import (
     nearest_rank,
 )
 from flatshare.gateway.configfile import load_config
-from flatshare.replay.records import ReplayRecord
+from flatshare.runfiles.records import ReplayRecord
 
 
 def run_samples(seed: int, n: int = 1000) -> list[CalibrationSample]:

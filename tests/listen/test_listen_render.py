@@ -16,7 +16,7 @@ from flatshare.listen.render import render_call, render_pair
 from flatshare.listen.speech import AGENT_VOICE, SPEECH_FLOOR, read_wav, speak
 from flatshare.listen.timeline import TurnRef
 from flatshare.listen.voice import VoicePipeline
-from flatshare.replay.records import read_records
+from flatshare.runfiles.records import read_records
 from flatshare.workloads.spec import parse_spec
 from flatshare.workloads.synth.voice import VoiceProfile
 

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from flatshare.replay.records import ReplayRecord, schema_problems
 from flatshare.replay.virtual import run_virtual
+from flatshare.runfiles.records import ReplayRecord, schema_problems
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.engine import SimEngine
 from flatshare.sim.profile import load_profile

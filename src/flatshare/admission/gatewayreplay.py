@@ -22,8 +22,8 @@ from flatshare.admission.gatewaydecisions import decisions_from
 from flatshare.aiotasks import cancel
 from flatshare.replay.endpoints import Endpoint
 from flatshare.replay.ledger import Ledger
-from flatshare.replay.records import ReplayRecord
 from flatshare.replay.wallclock import WallClockOptions, run_wallclock
+from flatshare.runfiles.records import ReplayRecord
 from flatshare.workloads.model import Workload
 
 

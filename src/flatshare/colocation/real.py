@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from flatshare.colocation.runs import run_dir
+from flatshare.colocation.runs import FACTS, run_dir
 from flatshare.colocation.servers import SERVED_NAME, RealEngine, serve_spec
-from flatshare.lab.rundir import atomic_folder, json_text, write_jsonl
-from flatshare.replay.records import write_records
+from flatshare.runfiles.files import atomic_folder
+from flatshare.runfiles.run import write_run
+from flatshare.runfiles.samples import sample_rows
 
 if TYPE_CHECKING:
     from flatshare.colocation.experiment import ColocationPlan, Condition
@@ -158,9 +159,7 @@ def run_real_one(
             "replay_stats": ledger.stats.to_json(),
         }
         with atomic_folder(folder) as tmp:
-            write_records(tmp / "requests.jsonl", ledger.sorted_records())
-            write_jsonl(tmp / "samples.jsonl", ({"engine": e, **s.to_json()} for e, s in ledger.samples))
-            (tmp / "engine.json").write_text(json_text(facts))
+            write_run(tmp, ledger.sorted_records(), sample_rows(ledger.samples), facts, facts_file=FACTS)
             shutil.copyfile(server.log_path, tmp / "server.log")
     finally:
         server.stop()

@@ -15,7 +15,7 @@ fixes the span: changing the values of the last 80% leaves the thresholds unchan
 Inputs (`load_samples`, JSONL files or run folders, one kind per line, mixed freely): gateway audit lines
 (`t`, `input_tokens`, `backends[].kv_usage` of backends not stale; retries skipped), request records
 (`prompt_tokens` at `send_s`; any line with `prompt_tokens` is one, read by the one record reader,
-`flatshare.replay.records`, so an old record is refused with the converter's name), engine samples (`t`,
+`flatshare.runfiles.records`, so an old record is refused with the converter's name), engine samples (`t`,
 `kv_usage`: `samples.jsonl`). Token counts are integers in [0, 10^7], KV use lies in [0, 1], times are
 finite; files are read within `flatshare.jsonin`'s bounds (a line of at most 16 MiB). A folder (a `flatshare sim` or `flatshare replay` run) reads its
 `requests.jsonl` with `read_records` and its `samples.jsonl`.
@@ -31,7 +31,7 @@ from typing import Any
 
 from flatshare.errors import InputError
 from flatshare.gateway.config import ThresholdConfig
-from flatshare.replay.records import MAX_TOKENS, ReplayRecord, decode_lines, read_records
+from flatshare.runfiles.records import MAX_TOKENS, ReplayRecord, decode_lines, read_records
 
 KV_FLOOR = 0.05
 KV_CEILING = 0.99

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import httpx
 
 from flatshare.protocol.prometheus import KV_USAGE, PREEMPTIONS, RUNNING, WAITING, MetricsPage
-from flatshare.sim.records import EngineSample
+from flatshare.runfiles.samples import EngineSample
 
 METRICS = {
     KV_USAGE: "kv_usage",

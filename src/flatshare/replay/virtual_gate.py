@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from flatshare.gateway.baselines.core import BackendLoad, Decisions, Gate, GateEvent, GateRequest
 from flatshare.replay.ledger import new_record
-from flatshare.replay.records import ReplayRecord
+from flatshare.runfiles.records import ReplayRecord
 from flatshare.sim.engine import SimEngine, StepReport
 from flatshare.sim.requests import SimRequest
 from flatshare.workloads.model import WorkloadRequest

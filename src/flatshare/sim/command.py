@@ -36,7 +36,7 @@ def sim_command(requests: Path, out: Path, engine: EngineOptions | None = None, 
     """Run the request file `requests` through vLLM's scheduler on a virtual clock and write
     `out`/requests.jsonl, samples.jsonl, summary.json (and engine.log). InputError on bad input,
     before anything is written."""
-    from flatshare.replay.rundir import check_out
+    from flatshare.runfiles.files import check_out
     from flatshare.sim.requests import load_requests
 
     config, step_profile = (engine or EngineOptions()).build()

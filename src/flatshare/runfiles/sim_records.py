@@ -1,19 +1,17 @@
-"""What the simulated engine reports: one record per request and engine samples over time.
+"""The simulated engine's record of one request, and its written form.
 
 `RequestRecord` is the engine's own bookkeeping while a request runs (times in virtual seconds from the
-start). It is never written as it is: `RequestRecord.to_record` turns it into the one request record
-format (`flatshare.replay.records`, docs/records.md), the only place that does, for `flatshare sim` and
-the virtual-time replay alike. Samples (`samples.jsonl`): `t`, `kv_usage` (0-1, blocks held by requests,
-as `vllm:kv_cache_usage_perc`), `running`, `waiting`, `preemptions_total`, `cpu_tier_blocks`.
+start); it was also the old `flatshare sim` record file (`flatshare.runfiles.upgrade` reads those back).
+It is never written as it is: `RequestRecord.to_record` turns it into the one request record format
+(`flatshare.runfiles.records`, docs/records.md), the only place that does, for `flatshare sim`, the
+virtual-time replay and the upgrade alike. The engine's samples: `flatshare.runfiles.samples`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 
-from flatshare.replay.records import ReplayRecord
+from flatshare.runfiles.records import ReplayRecord
 
 RUNNING, FINISHED = "running", "finished"
 RUN_ENDED = "run ended before the reply"
@@ -71,18 +69,3 @@ class RequestRecord:
             wait_s={k: round(v, 6) for k, v in self.wait_s.items()} if self.token_times_s else None,
             preemptions=self.preemptions,
         )
-
-
-@dataclass(frozen=True)
-class EngineSample:
-    """The engine's state at virtual time `t`, as vLLM exports it on /metrics."""
-
-    t: float
-    kv_usage: float
-    running: int
-    waiting: int
-    preemptions_total: int
-    cpu_tier_blocks: int
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)

@@ -11,7 +11,7 @@ run. Every field is always written; the simulator-only ones are null from real e
 
 Files of version 1 (the replay record with `version: 1`, or `flatshare sim`'s record with `arrival_s`
 and `finish_s`) are refused with a one-line error naming the field and the converter, `flatshare records
-upgrade IN OUT` (`flatshare.replay.upgrade`).
+upgrade IN OUT` (`flatshare.runfiles.upgrade`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 
 from flatshare import jsonin
 from flatshare.errors import InputError
+from flatshare.runfiles.files import write_atomic
 
 RECORD_VERSION = 2
 STATUSES = ("ok", "failed", "refused")
@@ -217,9 +218,8 @@ def record_lines(records: Iterable[ReplayRecord]) -> Iterable[str]:
 
 
 def write_records(path: Path, records: Iterable[ReplayRecord]) -> None:
-    """Write a record file (not atomic: callers write to a temporary name and rename)."""
-    with path.open("w") as f:
-        f.writelines(record_lines(records))
+    """Write a record file, atomically and safely (`flatshare.runfiles.files.write_atomic`)."""
+    write_atomic(path, lambda f: f.writelines(record_lines(records)))
 
 
 def decode_lines(path: Path) -> Iterable[tuple[str, Any]]:

@@ -1,10 +1,12 @@
-"""Run folders written atomically, and the JSON/JSONL files inside them.
+"""Output folders and the JSON/JSONL files inside them, written atomically.
 
 `atomic_folder(target)` hands out an empty folder beside `target` (`.<name>.<unique>.tmp`, hidden, so
 loaders globbing `s*` never see it); when the block ends without error it takes `target`'s place by a
 rename, so `target` is always absent or complete: a crashed run leaves no half-written folder (at most a
 hidden temp folder, which is removed on error when the process lives to do it). A folder already at
 `target` (an earlier run of the same job) is replaced.
+
+`check_out` / `prepare` check (and make) a command's `--out` folder before any work is done.
 
 Single files are written by `flatshare.safeout` (a temp file created exclusively, then renamed: never
 through a planted symlink). Reading is bounded (`flatshare.jsonin`): `read_json` / `read_jsonl` give an
@@ -17,13 +19,32 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from flatshare import jsonin, safeout
 from flatshare.errors import InputError
+
+
+def check_out(out: Path) -> None:
+    """InputError if `--out` names something that is not a folder (checked before any work is done)."""
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: exists and is not a folder")
+    above = next((p for p in out.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise InputError(f"--out {out}: {above} is not a folder")
+
+
+def prepare(out: Path) -> Path:
+    """Make the output folder (InputError if it is a file or cannot be made)."""
+    check_out(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot create it ({exc.strerror})") from exc
+    return out
 
 
 def _beside(target: Path, tag: str) -> Path:
@@ -63,11 +84,15 @@ def read_json(path: Path) -> dict[str, Any]:
     return jsonin.read_object(path)
 
 
+def row_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
+    """One JSON object a line, keys sorted: the style of every `.jsonl` file of a run."""
+    for row in rows:
+        yield json.dumps(row, sort_keys=True) + "\n"
+
+
 def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    """One JSON object a line, keys sorted (meant for files inside an `atomic_folder`)."""
-    with path.open("w") as f:
-        for row in rows:
-            f.write(json.dumps(row, sort_keys=True) + "\n")
+    """`rows` as `row_lines`, atomically and safely (`write_atomic`)."""
+    write_atomic(path, lambda f: f.writelines(row_lines(rows)))
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -79,3 +104,10 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
             raise InputError(f"{where}: must be a JSON object, not {type(row).__name__}")
         rows.append(row)
     return rows
+
+
+def write_atomic(path: Path, write: Callable[[IO[str]], object]) -> None:
+    """Call `write` on a text file that becomes `path` only when complete (`flatshare.safeout`): `path` is
+    either untouched or complete, also after an error or Ctrl-C, and a symlink planted at `path` or at any
+    temporary name is never written through."""
+    safeout.write_file(path, write)

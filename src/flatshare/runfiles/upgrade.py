@@ -19,16 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from flatshare.errors import InputError
-from flatshare.replay.records import (
+from flatshare.runfiles.records import (
     RECORD_VERSION,
     ReplayRecord,
     decode_lines,
     old_format,
-    record_lines,
     schema_problems,
+    write_records,
 )
-from flatshare.replay.rundir import write_atomic
-from flatshare.sim.records import SIM_ENGINE, RequestRecord
+from flatshare.runfiles.sim_records import SIM_ENGINE, RequestRecord
 
 _SIM_REQUIRED = (
     "id",
@@ -90,5 +89,5 @@ def upgrade_file(source: Path, target: Path) -> dict[str, int]:
         kind, record = upgrade_row(data, where)
         kinds[kind] += 1
         records.append(record)
-    write_atomic(target, lambda f: f.writelines(record_lines(records)))
+    write_records(target, records)
     return dict(sorted(kinds.items()))
