@@ -154,9 +154,26 @@ def test_no_new_package_circles() -> None:
     )
 
 
+def test_no_new_module_circles() -> None:
+    graph = module_graph()
+    new = [c for c in circles(graph) if c not in ALLOWED_MODULES]
+    assert not new, "import circles between modules:\n" + "\n".join(
+        ", ".join(edges_within(graph, c)) for c in new
+    )
+
+
+def test_run_files_import_nothing_else_of_flatshare() -> None:
+    """Every package may read and write run files, so `flatshare.runfiles` imports none of them."""
+    graph = package_graph()
+    leaves = {"flatshare.errors", "flatshare.jsonin", "flatshare.safeout"}
+    assert graph["flatshare.runfiles"] <= leaves
+    assert all(graph[leaf] <= {"flatshare.errors"} for leaf in leaves)
+
+
 def test_allowed_circles_still_exist() -> None:
     """An allowlisted circle that is gone should leave the list, so it cannot come back unnoticed."""
     assert set(circles(package_graph())) >= ALLOWED
+    assert set(circles(module_graph())) >= ALLOWED_MODULES
 
 
 if __name__ == "__main__":
