@@ -17,9 +17,9 @@ import httpx
 import pytest
 from gatewaykit import backend_rows, gateway_config, read_events, running_gateway
 
-from flatshare.gateway.config import PollConfig, ThresholdConfig, TokenConfig
-from flatshare.gateway.policies import first, threshold
-from flatshare.gateway.routing import BackendSnapshot, RequestFeatures, Thresholds
+from flatshare.gateway.config import PollConfig, TokenConfig
+from flatshare.policy.policies import first, threshold
+from flatshare.policy.routing import BackendSnapshot, RequestFeatures, ThresholdConfig, Thresholds
 from flatshare.testing.tiny_model import make_tiny_model
 from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
 from kit.fake_vllm import FakeState, fake_backend_app

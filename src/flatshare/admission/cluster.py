@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flatshare.gateway.policies import Policy
-from flatshare.gateway.routing import BackendSnapshot, RequestFeatures
+from flatshare.policy.policies import Policy
+from flatshare.policy.routing import BackendSnapshot, RequestFeatures
 from flatshare.replay.virtual import VirtualRun, run_virtual
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.engine import SimEngine, StepReport

@@ -12,9 +12,9 @@ import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flatshare.gateway.policies import POLICY_NAMES, PREFER_NAMES
-from flatshare.gateway.routing import Thresholds
 from flatshare.lab.executors import default_workers
+from flatshare.policy.policies import POLICY_NAMES, PREFER_NAMES
+from flatshare.policy.routing import Thresholds
 from flatshare.sim.config import EngineConfig
 
 PROFILE = "llama3-8b-a100-80gb"

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 from flatshare.gateway.backendlimits import BackendLimits
 from flatshare.gateway.config import BackendConfig, PollConfig
-from flatshare.gateway.routing import BackendSnapshot
 from flatshare.gateway.scrape import EngineMetrics
+from flatshare.policy.routing import BackendSnapshot
 
 
 @dataclass

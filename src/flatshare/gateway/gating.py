@@ -1,4 +1,4 @@
-"""The real gateway's edge for a gateway-side baseline (`flatshare.gateway.baselines`): it keeps the
+"""The real gateway's edge for a gateway-side baseline (`flatshare.policy.gates`): it keeps the
 gate's clock and loads, parks each gated request until the gate sends it, and signals aborts.
 
 One `GateKeeper` per gateway, on its event loop (no locks). The gate is polled on every call that can
@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from flatshare.aiotasks import cancel
 from flatshare.gateway.backends import BackendPool
-from flatshare.gateway.baselines.core import BackendLoad, Gate, GateEvent, GateRequest
+from flatshare.policy.gates.core import BackendLoad, Gate, GateEvent, GateRequest
 
 TICK_S = 0.02
 """Seconds between polls with nothing else happening (wake-ups and new scrapes are seen this late)."""

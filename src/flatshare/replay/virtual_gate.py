@@ -1,4 +1,4 @@
-"""A gateway-side baseline (`flatshare.gateway.baselines`) in the virtual-time driver: the edge between
+"""A gateway-side baseline (`flatshare.policy.gates`) in the virtual-time driver: the edge between
 a `Gate` and the simulated engines, as `flatshare.gateway.gating` is the edge in the real gateway.
 
 Each request reaches the gate when its session issues it (its record's `send_s` stays that time) and
@@ -26,7 +26,7 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from flatshare.gateway.baselines.core import BackendLoad, Decisions, Gate, GateEvent, GateRequest
+from flatshare.policy.gates.core import BackendLoad, Decisions, Gate, GateEvent, GateRequest
 from flatshare.replay.ledger import new_record
 from flatshare.replay.records import ReplayRecord
 from flatshare.sim.engine import SimEngine, StepReport

@@ -33,6 +33,21 @@ class Thresholds:
 
 
 @dataclass(frozen=True)
+class ThresholdConfig:
+    """The threshold policy's thresholds; `calibrated_from` records what `calibrate` read (else empty)."""
+
+    kv_usage: float = 0.8
+    input_tokens: int = 4096
+    calibrated_from: str = ""
+
+    def __post_init__(self) -> None:
+        self.thresholds()  # validates
+
+    def thresholds(self) -> Thresholds:
+        return Thresholds(self.kv_usage, self.input_tokens)
+
+
+@dataclass(frozen=True)
 class RequestFeatures:
     """One request as a policy sees it.
 

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from flatshare.gateway.baselines.core import HELD, BackendLoad, Classes, Decisions, Gate, Send
+from flatshare.policy.gates.core import HELD, BackendLoad, Classes, Decisions, Gate, Send
 
 
 @dataclass(frozen=True)

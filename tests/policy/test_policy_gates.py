@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flatshare.gateway.baselines import BASELINE_NAMES, BackendLoad, Gate, GateEvent, GateRequest, make_gate
-from flatshare.gateway.baselines.flow_control import FlowControlSettings, pool_saturation
+from flatshare.policy.gates import BASELINE_NAMES, BackendLoad, Gate, GateEvent, GateRequest, make_gate
+from flatshare.policy.gates.flow_control import FlowControlSettings, pool_saturation
 
 BACKENDS = ("b0", "b1")
 

@@ -34,7 +34,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from flatshare.gateway.baselines.sessions import SessionLimits, SessionMap
+from flatshare.policy.gates.sessions import SessionLimits, SessionMap
 
 HELD, SENT, STREAMING, ABORTING = "held", "sent", "streaming", "aborting"
 EVENT_KINDS = ("caller_speaking", "tool_returned")

@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from flatshare.gateway.baselines.core import (
+from flatshare.policy.gates.core import (
     BackendLoad,
     Classes,
     Decisions,

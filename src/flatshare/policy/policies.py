@@ -24,7 +24,7 @@ import functools
 import random
 from collections.abc import Callable
 
-from flatshare.gateway.routing import BackendSnapshot, RequestFeatures, RoutingDecision, Thresholds
+from flatshare.policy.routing import BackendSnapshot, RequestFeatures, RoutingDecision, Thresholds
 
 Backends = tuple[BackendSnapshot, ...]
 Policy = Callable[[RequestFeatures, Backends], RoutingDecision]

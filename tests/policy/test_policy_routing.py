@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flatshare.gateway.policies import (
+from flatshare.policy.policies import (
     POLICY_NAMES,
     REASONS,
     first,
@@ -19,7 +19,7 @@ from flatshare.gateway.policies import (
     round_robin,
     threshold,
 )
-from flatshare.gateway.routing import BackendSnapshot, RequestFeatures, Thresholds
+from flatshare.policy.routing import BackendSnapshot, RequestFeatures, Thresholds
 
 LIMITS = Thresholds(kv_usage=0.7, input_tokens=4000)
 
