@@ -299,8 +299,8 @@ def build_run(
 
 def warmup_requests(workload: Workload) -> list[Any]:
     """One `max_tokens` 1 request per shared prefix of the workload's voice turns (`protected_prefixes`)."""
+    from flatshare.policy.classes import DEFAULT_PRIORITY
     from flatshare.sim.requests import SimRequest
-    from flatshare.workloads.model import DEFAULT_PRIORITY
     from flatshare.workloads.warmup import protected_prefixes
 
     prefixes = protected_prefixes(workload, DEFAULT_PRIORITY["voice"])

@@ -32,6 +32,7 @@ import httpx
 from flatshare.colocation.runs import run_dir
 from flatshare.colocation.servers import SERVED_NAME, RealEngine, serve_spec
 from flatshare.lab.rundir import atomic_folder, json_text, write_jsonl
+from flatshare.policy.classes import AGENT_PRIORITY, VOICE_PRIORITY
 from flatshare.replay.records import write_records
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ async def warm_up(url: str, n: int) -> None:
                 "model": SERVED_NAME,
                 "prompt": WARMUP_PROMPT,
                 "max_tokens": 4,
-                "priority": 0 if k % 2 == 0 else 10,
+                "priority": VOICE_PRIORITY if k % 2 == 0 else AGENT_PRIORITY,
                 "ignore_eos": True,
             }
             response = await client.post(f"{url}/v1/completions", json=body)

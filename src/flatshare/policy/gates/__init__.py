@@ -22,11 +22,11 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from flatshare.policy.classes import Classes
 from flatshare.policy.gates.abort_resubmit import AbortResubmitGate, AbortResubmitSettings
 from flatshare.policy.gates.agent_cap import AgentCapGate, AgentCapSettings
 from flatshare.policy.gates.core import (
     BackendLoad,
-    Classes,
     Decisions,
     Gate,
     GateEvent,

@@ -34,6 +34,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from flatshare.policy.classes import Classes
 from flatshare.policy.gates.sessions import SessionLimits, SessionMap
 
 HELD, SENT, STREAMING, ABORTING = "held", "sent", "streaming", "aborting"
@@ -49,26 +50,6 @@ COMMON_COUNTERS = (
     "events_caller_speaking",
     "events_tool_returned",
 )
-
-
-@dataclass(frozen=True)
-class Classes:
-    """Which priorities are voice turns and which are agents (vLLM's meaning: lower runs first)."""
-
-    voice_max_priority: int = 0
-    agent_min_priority: int = 10
-
-    def __post_init__(self) -> None:
-        if self.voice_max_priority >= self.agent_min_priority:
-            raise ValueError(
-                f"voice_max_priority ({self.voice_max_priority}) must be below "
-                f"agent_min_priority ({self.agent_min_priority})"
-            )
-
-    def of(self, priority: int) -> str:
-        if priority <= self.voice_max_priority:
-            return "voice"
-        return "agent" if priority >= self.agent_min_priority else "other"
 
 
 @dataclass(frozen=True)
