@@ -109,9 +109,9 @@ def test_a_large_page_is_parsed_off_the_event_loop(
     threads: list[int] = []
     real = poller_module._parse
 
-    def parse(body: bytes) -> object:
+    def parse(body: bytes, name: str) -> object:
         threads.append(threading.get_ident())
-        return real(body)
+        return real(body, name)
 
     monkeypatch.setattr(poller_module, "_parse", parse)
 

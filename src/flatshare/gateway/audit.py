@@ -22,14 +22,15 @@ from typing import IO, Any
 from flatshare.errors import InputError
 from flatshare.gateway.input_count import TokenCount
 from flatshare.gateway.tenants import Admission
-from flatshare.policy.routing import BackendSnapshot, RoutingDecision, Thresholds
+from flatshare.policy.load import BackendLoad
+from flatshare.policy.routing import RoutingDecision, Thresholds
 
 
 def _number(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, 4)
 
 
-def backend_fields(snap: BackendSnapshot) -> dict[str, Any]:
+def backend_fields(snap: BackendLoad) -> dict[str, Any]:
     return {
         "name": snap.name,
         "kv_usage": _number(snap.kv_usage),
@@ -50,8 +51,8 @@ def decision_record(
     count: TokenCount,
     policy: str,
     thresholds: Thresholds | None,
-    snapshots: Sequence[BackendSnapshot],
-    candidates: Sequence[BackendSnapshot],
+    snapshots: Sequence[BackendLoad],
+    candidates: Sequence[BackendLoad],
     decision: RoutingDecision | None,
     attempt: int,
 ) -> dict[str, Any]:

@@ -18,8 +18,8 @@ gateway's JSON or its own /metrics cannot carry.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from flatshare.policy.load import BackendLoad
 from flatshare.protocol.prometheus import (
     CACHE_CONFIG,
     KV_USAGE,
@@ -40,19 +40,9 @@ class ScrapeError(ValueError):
     """The page lacks what the gateway needs (it may not be a vLLM server)."""
 
 
-@dataclass(frozen=True)
-class EngineMetrics:
-    """What one scrape of a backend says."""
-
-    kv_usage: float
-    running: int
-    waiting: int
-    preemptions: float
-    kv_capacity_tokens: int | None
-
-
-def parse_metrics(text: str) -> EngineMetrics:
-    """The router's view of a vLLM /metrics page; raises `ScrapeError` without a KV-use gauge."""
+def parse_metrics(text: str, name: str = "") -> BackendLoad:
+    """The router's view of a vLLM /metrics page, as backend `name`'s load just read (age 0, not stale);
+    raises `ScrapeError` without a KV-use gauge."""
     try:
         page = MetricsPage.parse(text, WANTED)
     except ValueError as exc:
@@ -63,12 +53,15 @@ def parse_metrics(text: str) -> EngineMetrics:
     capacity: int | None = None
     for labels in page.labels(CACHE_CONFIG):
         capacity = kv_capacity_tokens(labels) or capacity
-    return EngineMetrics(
+    return BackendLoad(
+        name,
         kv_usage=min(1.0, max(0.0, kv)),
         running=int(_count(page, RUNNING)),
         waiting=int(_count(page, WAITING)),
         preemptions=_count(page, f"{PREEMPTIONS}_total"),
         kv_capacity_tokens=capacity,
+        scrape_age_s=0.0,
+        stale=False,
     )
 
 

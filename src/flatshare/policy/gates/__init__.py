@@ -25,14 +25,7 @@ from typing import Any
 from flatshare.policy.classes import Classes
 from flatshare.policy.gates.abort_resubmit import AbortResubmitGate, AbortResubmitSettings
 from flatshare.policy.gates.agent_cap import AgentCapGate, AgentCapSettings
-from flatshare.policy.gates.core import (
-    BackendLoad,
-    Decisions,
-    Gate,
-    GateEvent,
-    GateRequest,
-    Send,
-)
+from flatshare.policy.gates.core import Decisions, Gate, GateEvent, GateRequest, Send
 from flatshare.policy.gates.flow_control import FlowControlGate, FlowControlSettings
 from flatshare.policy.gates.leaseholder import LeaseholderGate, LeaseholderSettings
 
@@ -46,7 +39,6 @@ BASELINE_NAMES = tuple(_KINDS)
 
 __all__ = [
     "BASELINE_NAMES",
-    "BackendLoad",
     "Classes",
     "Decisions",
     "Gate",

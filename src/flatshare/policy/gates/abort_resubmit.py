@@ -30,15 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flatshare.policy.classes import ClassSettings
-from flatshare.policy.gates.core import (
-    SENT,
-    BackendLoad,
-    Decisions,
-    Gate,
-    Send,
-    Tracked,
-    earliest,
-)
+from flatshare.policy.gates.core import SENT, Decisions, Gate, Send, Tracked, earliest
+from flatshare.policy.load import BackendLoad
 
 RESUME_ON = ("first_sentence", "first_token")
 

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flatshare.policy.classes import ClassSettings
-from flatshare.policy.gates.core import HELD, BackendLoad, Decisions, Gate, Send
+from flatshare.policy.gates.core import HELD, Decisions, Gate, Send
+from flatshare.policy.load import BackendLoad
 
 
 @dataclass(frozen=True)

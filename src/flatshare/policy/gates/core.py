@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from flatshare.policy.classes import Classes
 from flatshare.policy.gates.sessions import SessionLimits, SessionMap
+from flatshare.policy.load import BackendLoad
 
 HELD, SENT, STREAMING, ABORTING = "held", "sent", "streaming", "aborting"
 EVENT_KINDS = ("caller_speaking", "tool_returned")
@@ -67,19 +68,6 @@ class GateRequest:
     session_id: str | None = None
     abortable: bool = True
     first_sentence_tokens: int | None = None
-
-
-@dataclass(frozen=True)
-class BackendLoad:
-    """A backend's last reading: KV use (0-1, None when unknown), waiting and running requests, the
-    reading's age, and `unseen`: requests sent to it after the reading was taken, which it cannot show."""
-
-    name: str
-    kv_usage: float | None
-    waiting: int = 0
-    running: int = 0
-    age_s: float = 0.0
-    unseen: int = 0
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flatshare.policy.classes import ClassSettings
-from flatshare.policy.gates.core import BackendLoad, Decisions, Gate, Send
+from flatshare.policy.gates.core import Decisions, Gate, Send
+from flatshare.policy.load import BackendLoad
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class FlowControlSettings(ClassSettings):
 
 def endpoint_score(load: BackendLoad, settings: FlowControlSettings, extra_waiting: int = 0) -> float:
     """llm-d's roofline score of one backend; 1.0 when its reading is missing or stale."""
-    if load.kv_usage is None or load.age_s > settings.metrics_staleness_s:
+    if load.kv_usage is None or load.scrape_age_s > settings.metrics_staleness_s:
         return 1.0
     waiting = load.waiting + load.unseen + extra_waiting
     return max(waiting / settings.queue_depth_threshold, load.kv_usage / settings.kv_cache_util_threshold)

@@ -25,15 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flatshare.policy.classes import ClassSettings
-from flatshare.policy.gates.core import (
-    BackendLoad,
-    Decisions,
-    Gate,
-    GateEvent,
-    Send,
-    Tracked,
-    earliest,
-)
+from flatshare.policy.gates.core import Decisions, Gate, GateEvent, Send, Tracked, earliest
+from flatshare.policy.load import BackendLoad
 
 
 @dataclass(frozen=True)
