@@ -12,8 +12,8 @@ import httpx
 from flatshare.admission.gatewayclient import BackendPoller, backend_loads
 from flatshare.gateway.app import build_gateway
 from flatshare.gateway.config import BackendConfig, GatewayConfig
-from flatshare.gateway.scrape import parse_metrics
 from flatshare.policy.load import BackendLoad
+from flatshare.protocol.prometheus import parse_load
 from kit.fake_vllm import metrics_page
 
 NOW = 100.0
@@ -26,7 +26,7 @@ def gateway_answer() -> tuple[dict[str, object], list[BackendLoad]]:
     gateway = build_gateway(config, clock=lambda: NOW)
     b0 = gateway.pool.by_name["b0"]
     b0.record_scrape(
-        parse_metrics(metrics_page("m", 0.625, running=3, waiting=2, preemptions=7), "b0"), NOW - 0.05
+        parse_load(metrics_page("m", 0.625, running=3, waiting=2, preemptions=7), "b0"), NOW - 0.05
     )
     expected = [state.snapshot(NOW) for state in gateway.pool.states]
     assert expected[0].kv_capacity_tokens is None  # the fake page has no cache_config_info, as the row

@@ -18,9 +18,9 @@ from flatshare.gateway.backendlimits import BackendLimits
 from flatshare.gateway.backends import BackendState
 from flatshare.gateway.config import BackendConfig, PollConfig
 from flatshare.gateway.poller import Poller
-from flatshare.gateway.scrape import ScrapeError, parse_metrics
 from flatshare.gateway.upstream import make_upstream
 from flatshare.gateway.watch import TaskWatch
+from flatshare.protocol.prometheus import ScrapeError, parse_load
 from kit.fake_vllm import FakeState, fake_backend_app, metrics_page
 from kit.net import ThreadServer, wait_for
 
@@ -40,7 +40,7 @@ BAD_PAGES = {
 def test_non_finite_metrics_refuse_the_scrape(page: str) -> None:
     """Before: OverflowError (+Inf, the overflowing sum), or NaN and -Inf KV use read as 0.0."""
     with pytest.raises(ScrapeError, match="refusing the whole page"):
-        parse_metrics(page)
+        parse_load(page)
 
 
 @pytest.fixture

@@ -171,12 +171,11 @@ def run_real_one(
 
 async def _last_preemptions(url: str) -> int:
     """vLLM's preemption counter once the run is over (0 when /metrics does not answer)."""
-    from flatshare.replay.sampler import parse_metrics, to_sample
+    from flatshare.replay.sampler import read_sample
 
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as client:
             response = await client.get(f"{url}/metrics")
-            sample = to_sample(parse_metrics(response.text), 0.0)
+            return read_sample(response.text, 0.0).preemptions_total
     except (httpx.HTTPError, ValueError):
         return 0
-    return 0 if sample is None else sample.preemptions_total

@@ -13,7 +13,7 @@ Modules (every one is listed here; tests/gateway/test_gateway_layout.py checks i
   `switch` (reading and switching the routing), `events` (`POST /gateway/events`), `gating` (drives a
   `flatshare.policy.gates` baseline on the event loop).
 - backends: `backends` (each one's last reading, health, models), `backendlimits` (bounds on what a
-  backend may send), `poller` (GET /metrics and /health), `scrape` (reading vLLM's /metrics), `upstream`
+  backend may send), `poller` (GET /metrics and /health, read by `flatshare.protocol.prometheus`), `upstream`
   and `upstream_native` (HTTP clients to the backends), `watch` (background tasks that cannot die
   silently), `discovery`, `dnslookup` and `membership` (backends from DNS, a headless Service).
 - settings: `config`, `configfile`; `calibrate_inputs` (what `flatshare calibrate-thresholds` reads) and

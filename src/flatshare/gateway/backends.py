@@ -40,7 +40,7 @@ class BackendState:
     config: BackendConfig
     poll: PollConfig
     reading: BackendLoad | None = None
-    """The last good scrape (`scrape.parse_metrics`), None before the first."""
+    """The last good scrape (`flatshare.protocol.prometheus.parse_load`), None before the first."""
     last_good_s: float = -math.inf
     failures: int = 0
     last_error: str = ""

@@ -2,7 +2,7 @@
 by `poll.timeout_s`), and GET /v1/models when the backend comes (back) up and every `MODELS_EVERY` polls.
 
 A poll is good when both answer 200 and the metrics page has vLLM's KV-use gauge, every value the
-router reads finite (`scrape.py`). Ticks are at fixed times (`start + k * interval`); a poll that
+router reads finite (`flatshare.protocol.prometheus.parse_load`). Ticks are at fixed times (`start + k * interval`); a poll that
 overruns skips the ticks it missed instead of bunching up. Results go into the backend's `BackendState`
 (health rules there). The poller owns the state's health hook: every flip is logged (a warning when the
 backend turns unhealthy) and passed to `on_health`, also when the proxy recorded the failure that caused it.
@@ -29,12 +29,12 @@ from flatshare import jsonin
 from flatshare.aiotasks import cancel
 from flatshare.gateway.backendlimits import PARSE_INLINE_BYTES
 from flatshare.gateway.backends import BackendState
-from flatshare.gateway.scrape import parse_metrics
 from flatshare.gateway.upstream import Upstream, UpstreamError
 from flatshare.gateway.watch import TaskWatch
 from flatshare.policy.load import BackendLoad
 from flatshare.protocol.models import PATH as MODELS_PATH
 from flatshare.protocol.models import model_cards
+from flatshare.protocol.prometheus import parse_load
 
 log = logging.getLogger(__name__)
 MODELS_EVERY = 100
@@ -175,7 +175,7 @@ class Poller:
 
 
 def _parse(body: bytes, name: str) -> BackendLoad:
-    return parse_metrics(body.decode(), name)
+    return parse_load(body.decode(), name)
 
 
 def _body(answer: tuple[int, bytes], what: str) -> bytes:
