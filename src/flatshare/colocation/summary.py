@@ -15,7 +15,7 @@ inside the run's duration per second, mean over seeds), `agent_throughput_ratio`
 `agent_throughput_ratio_alone` (to `agents-alone`), `agent_ttft_p95_s`, `agent_ttft_max_s`,
 `preemptions` (mean per run), `make_room` (make-room's counters, mean per run), `baseline_counters` (a
 baseline's counters, mean per run: an engine-side baseline scheduler's and a gateway-side baseline's,
-`flatshare.gateway.baselines`; empty for stock vLLM), `per_seed_voice_p95_s`,
+`flatshare.policy.gates`; empty for stock vLLM), `per_seed_voice_p95_s`,
 `paired_vs_vllm_priority` (`mean_difference_s`, `t`, `p_value`, `n`), `nth_token_median_s` and
 `nth_token_p95_s` (median and p95 time from send to the n-th output token, n = 1..40, over replies at
 least n long), `seed_comparison` (the first seed's table beside these figures, `flatshare.colocation.seed_table`:

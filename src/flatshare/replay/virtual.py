@@ -6,7 +6,7 @@ behind, after issuing every request due by then, so a request never arrives in a
 than one step. Which engine serves a request is the `route` function's choice (default: a session stays
 on one engine, so its prefix cache stays warm).
 
-With `gate` (a gateway-side baseline, `flatshare.gateway.baselines.make_gate`), requests pass through
+With `gate` (a gateway-side baseline, `flatshare.policy.gates.make_gate`), requests pass through
 it between their issue and their engine: it holds, releases, aborts and resubmits them and may change
 their `max_tokens` (`flatshare.replay.virtual_gate` says how, and how aborted attempts are recorded);
 its counters come back as `VirtualRun.gate_counters`.
@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from flatshare.gateway.baselines.core import Gate
+from flatshare.policy.gates.core import Gate
 from flatshare.replay.virtual_gate import GateDriver
 from flatshare.runfiles.records import ReplayRecord
 from flatshare.runfiles.samples import EngineSample

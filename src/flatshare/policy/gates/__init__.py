@@ -22,19 +22,12 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from flatshare.gateway.baselines.abort_resubmit import AbortResubmitGate, AbortResubmitSettings
-from flatshare.gateway.baselines.agent_cap import AgentCapGate, AgentCapSettings
-from flatshare.gateway.baselines.core import (
-    BackendLoad,
-    Classes,
-    Decisions,
-    Gate,
-    GateEvent,
-    GateRequest,
-    Send,
-)
-from flatshare.gateway.baselines.flow_control import FlowControlGate, FlowControlSettings
-from flatshare.gateway.baselines.leaseholder import LeaseholderGate, LeaseholderSettings
+from flatshare.policy.classes import Classes
+from flatshare.policy.gates.abort_resubmit import AbortResubmitGate, AbortResubmitSettings
+from flatshare.policy.gates.agent_cap import AgentCapGate, AgentCapSettings
+from flatshare.policy.gates.core import Decisions, Gate, GateEvent, GateRequest, Send
+from flatshare.policy.gates.flow_control import FlowControlGate, FlowControlSettings
+from flatshare.policy.gates.leaseholder import LeaseholderGate, LeaseholderSettings
 
 _KINDS: dict[str, tuple[type[Any], Callable[[Any], Gate]]] = {
     "agent-cap": (AgentCapSettings, AgentCapGate),
@@ -46,7 +39,6 @@ BASELINE_NAMES = tuple(_KINDS)
 
 __all__ = [
     "BASELINE_NAMES",
-    "BackendLoad",
     "Classes",
     "Decisions",
     "Gate",

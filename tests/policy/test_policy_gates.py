@@ -13,16 +13,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flatshare.gateway.baselines import BASELINE_NAMES, BackendLoad, Gate, GateEvent, GateRequest, make_gate
-from flatshare.gateway.baselines.flow_control import FlowControlSettings, pool_saturation
+from flatshare.policy.gates import BASELINE_NAMES, Gate, GateEvent, GateRequest, make_gate
+from flatshare.policy.gates.flow_control import FlowControlSettings, pool_saturation
+from flatshare.policy.load import BackendLoad
 
 BACKENDS = ("b0", "b1")
 
 
+def fresh(name: str, kv: float, waiting: int = 0) -> BackendLoad:
+    """A reading just taken."""
+    return BackendLoad(name, kv_usage=kv, waiting=waiting, scrape_age_s=0.0, stale=False)
+
+
 def idle_loads(**changes: tuple[float, int]) -> dict[str, BackendLoad]:
-    loads = {name: BackendLoad(name, 0.0) for name in BACKENDS}
+    loads = {name: fresh(name, 0.0) for name in BACKENDS}
     for name, (kv, waiting) in changes.items():
-        loads[name] = BackendLoad(name, kv, waiting)
+        loads[name] = fresh(name, kv, waiting)
     return loads
 
 
@@ -129,7 +135,10 @@ def test_flow_control_holds_every_band_while_saturated_then_sends_by_band() -> N
 
 def test_flow_control_saturation_follows_llm_d_roofline() -> None:
     s = FlowControlSettings(queue_depth_threshold=5, kv_cache_util_threshold=0.8, metrics_staleness_s=0.2)
-    loads = {"a": BackendLoad("a", 0.4, waiting=10), "b": BackendLoad("b", 0.2, age_s=1.0)}
+    loads = {
+        "a": fresh("a", 0.4, waiting=10),
+        "b": BackendLoad("b", kv_usage=0.2, scrape_age_s=1.0, stale=False),
+    }
     assert pool_saturation(loads, s) == pytest.approx((2.0 + 1.0) / 2)  # max(10/5, 0.5); stale: 1.0
     assert pool_saturation({}, s) == 1.0
 
@@ -234,7 +243,7 @@ class Edge:
         elif kind == "time":
             self.t += op[1]
         elif kind == "load":
-            self.loads = {**self.loads, op[1]: BackendLoad(op[1], op[2], op[3])}
+            self.loads = {**self.loads, op[1]: fresh(op[1], op[2], op[3])}
         self.poll()
 
     def end(self, rid: str) -> None:

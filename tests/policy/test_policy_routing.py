@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flatshare.gateway.policies import (
+from flatshare.policy.load import BackendLoad
+from flatshare.policy.policies import (
     POLICY_NAMES,
     REASONS,
     first,
@@ -19,13 +20,13 @@ from flatshare.gateway.policies import (
     round_robin,
     threshold,
 )
-from flatshare.gateway.routing import BackendSnapshot, RequestFeatures, Thresholds
+from flatshare.policy.routing import RequestFeatures, Thresholds
 
 LIMITS = Thresholds(kv_usage=0.7, input_tokens=4000)
 
 
-def snap(name: str, kv: float, waiting: int = 0, stale: bool = False) -> BackendSnapshot:
-    return BackendSnapshot(name, kv_usage=kv, waiting=waiting, scrape_age_s=0.05, stale=stale)
+def snap(name: str, kv: float, waiting: int = 0, stale: bool = False) -> BackendLoad:
+    return BackendLoad(name, kv_usage=kv, waiting=waiting, scrape_age_s=0.05, stale=stale)
 
 
 def req(tokens: int, sequence: int = 0) -> RequestFeatures:
@@ -64,7 +65,7 @@ def test_stale_readings_count_as_full() -> None:
     assert threshold(req(9000), stale_preferred, LIMITS, prefer=first).backend == "b"
     stale_other = (snap("a", 0.9), snap("b", 0.0, stale=True), snap("c", 0.6))
     assert threshold(req(9000), stale_other, LIMITS, prefer=first).backend == "c"
-    never_scraped = BackendSnapshot("d")
+    never_scraped = BackendLoad("d")
     assert never_scraped.pressure == 1.0
 
 
@@ -113,7 +114,7 @@ def test_make_policy_checks_its_arguments() -> None:
 
 backend_lists = st.lists(
     st.builds(
-        BackendSnapshot,
+        BackendLoad,
         name=st.sampled_from("abcdefgh"),
         kv_usage=st.floats(0, 1),
         waiting=st.integers(0, 50),
@@ -128,7 +129,7 @@ backend_lists = st.lists(
 
 @given(backends=backend_lists, tokens=st.integers(1, 100_000), sequence=st.integers(0, 10_000))
 def test_every_policy_picks_a_candidate_with_a_known_reason(
-    backends: tuple[BackendSnapshot, ...], tokens: int, sequence: int
+    backends: tuple[BackendLoad, ...], tokens: int, sequence: int
 ) -> None:
     for name in POLICY_NAMES:
         decision = make_policy(name, LIMITS, seed=sequence)(req(tokens, sequence), backends)
@@ -141,7 +142,7 @@ def test_every_policy_picks_a_candidate_with_a_known_reason(
 
 @given(backends=backend_lists, tokens=st.integers(1, 100_000))
 def test_threshold_only_ever_moves_to_a_less_pressured_backend(
-    backends: tuple[BackendSnapshot, ...], tokens: int
+    backends: tuple[BackendLoad, ...], tokens: int
 ) -> None:
     decision = threshold(req(tokens), backends, LIMITS, prefer=first)
     by_name = {b.name: b for b in backends}

@@ -14,19 +14,19 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from flatshare.gateway.baselines.core import HELD, BackendLoad, Classes, Decisions, Gate, Send
+from flatshare.policy.classes import ClassSettings
+from flatshare.policy.gates.core import HELD, Decisions, Gate, Send
+from flatshare.policy.load import BackendLoad
 
 
 @dataclass(frozen=True)
-class AgentCapSettings:
+class AgentCapSettings(ClassSettings):
     max_agents_per_backend: int = 2
-    voice_max_priority: int = 0
-    agent_min_priority: int = 10
 
     def __post_init__(self) -> None:
         if self.max_agents_per_backend < 1:
             raise ValueError(f"max_agents_per_backend must be >= 1, got {self.max_agents_per_backend}")
-        Classes(self.voice_max_priority, self.agent_min_priority)
+        super().__post_init__()
 
 
 class AgentCapGate(Gate):
@@ -34,7 +34,7 @@ class AgentCapGate(Gate):
     COUNTERS = ("max_agents_in_flight",)
 
     def __init__(self, settings: AgentCapSettings) -> None:
-        super().__init__(Classes(settings.voice_max_priority, settings.agent_min_priority))
+        super().__init__(settings.classes())
         self.settings = settings
 
     def _decide(self, now: float, loads: Mapping[str, BackendLoad]) -> Decisions:

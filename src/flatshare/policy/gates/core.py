@@ -34,7 +34,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from flatshare.gateway.baselines.sessions import SessionLimits, SessionMap
+from flatshare.policy.classes import Classes
+from flatshare.policy.gates.sessions import SessionLimits, SessionMap
+from flatshare.policy.load import BackendLoad
 
 HELD, SENT, STREAMING, ABORTING = "held", "sent", "streaming", "aborting"
 EVENT_KINDS = ("caller_speaking", "tool_returned")
@@ -52,26 +54,6 @@ COMMON_COUNTERS = (
 
 
 @dataclass(frozen=True)
-class Classes:
-    """Which priorities are voice turns and which are agents (vLLM's meaning: lower runs first)."""
-
-    voice_max_priority: int = 0
-    agent_min_priority: int = 10
-
-    def __post_init__(self) -> None:
-        if self.voice_max_priority >= self.agent_min_priority:
-            raise ValueError(
-                f"voice_max_priority ({self.voice_max_priority}) must be below "
-                f"agent_min_priority ({self.agent_min_priority})"
-            )
-
-    def of(self, priority: int) -> str:
-        if priority <= self.voice_max_priority:
-            return "voice"
-        return "agent" if priority >= self.agent_min_priority else "other"
-
-
-@dataclass(frozen=True)
 class GateRequest:
     """A request as a gate sees it. `backend`: where routing sent it. `max_tokens`: the client's (None:
     not given). `abortable`: whether the edge can tell it has produced no token yet (a stream).
@@ -86,19 +68,6 @@ class GateRequest:
     session_id: str | None = None
     abortable: bool = True
     first_sentence_tokens: int | None = None
-
-
-@dataclass(frozen=True)
-class BackendLoad:
-    """A backend's last reading: KV use (0-1, None when unknown), waiting and running requests, the
-    reading's age, and `unseen`: requests sent to it after the reading was taken, which it cannot show."""
-
-    name: str
-    kv_usage: float | None
-    waiting: int = 0
-    running: int = 0
-    age_s: float = 0.0
-    unseen: int = 0
 
 
 @dataclass(frozen=True)

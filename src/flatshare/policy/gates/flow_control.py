@@ -31,17 +31,17 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from flatshare.gateway.baselines.core import BackendLoad, Classes, Decisions, Gate, Send
+from flatshare.policy.classes import ClassSettings
+from flatshare.policy.gates.core import Decisions, Gate, Send
+from flatshare.policy.load import BackendLoad
 
 
 @dataclass(frozen=True)
-class FlowControlSettings:
+class FlowControlSettings(ClassSettings):
     queue_depth_threshold: int = 5
     kv_cache_util_threshold: float = 0.8
     metrics_staleness_s: float = 0.2
     usage_limit: float = 1.0
-    voice_max_priority: int = 0
-    agent_min_priority: int = 10
 
     def __post_init__(self) -> None:
         if self.queue_depth_threshold < 1:
@@ -54,12 +54,12 @@ class FlowControlSettings:
             raise ValueError(f"metrics_staleness_s must be > 0, got {self.metrics_staleness_s}")
         if not 0.0 < self.usage_limit <= 1.0:
             raise ValueError(f"usage_limit must lie in (0, 1], got {self.usage_limit}")
-        Classes(self.voice_max_priority, self.agent_min_priority)
+        super().__post_init__()
 
 
 def endpoint_score(load: BackendLoad, settings: FlowControlSettings, extra_waiting: int = 0) -> float:
     """llm-d's roofline score of one backend; 1.0 when its reading is missing or stale."""
-    if load.kv_usage is None or load.age_s > settings.metrics_staleness_s:
+    if load.kv_usage is None or load.scrape_age_s > settings.metrics_staleness_s:
         return 1.0
     waiting = load.waiting + load.unseen + extra_waiting
     return max(waiting / settings.queue_depth_threshold, load.kv_usage / settings.kv_cache_util_threshold)
@@ -82,7 +82,7 @@ class FlowControlGate(Gate):
     COUNTERS = ("saturated_polls", "max_saturation_pct")
 
     def __init__(self, settings: FlowControlSettings) -> None:
-        super().__init__(Classes(settings.voice_max_priority, settings.agent_min_priority))
+        super().__init__(settings.classes())
         self.settings = settings
 
     def _decide(self, now: float, loads: Mapping[str, BackendLoad]) -> Decisions:

@@ -24,27 +24,18 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from flatshare.gateway.baselines.core import (
-    BackendLoad,
-    Classes,
-    Decisions,
-    Gate,
-    GateEvent,
-    Send,
-    Tracked,
-    earliest,
-)
+from flatshare.policy.classes import ClassSettings
+from flatshare.policy.gates.core import Decisions, Gate, GateEvent, Send, Tracked, earliest
+from flatshare.policy.load import BackendLoad
 
 
 @dataclass(frozen=True)
-class LeaseholderSettings:
+class LeaseholderSettings(ClassSettings):
     lease_s: float = 10.0
     throttle_interval_s: float = 0.5
     shorten_kv_usage: float = 0.9
     short_max_tokens: int = 16
     max_hold_s: float = 30.0
-    voice_max_priority: int = 0
-    agent_min_priority: int = 10
 
     def __post_init__(self) -> None:
         for name in ("lease_s", "max_hold_s"):
@@ -56,7 +47,7 @@ class LeaseholderSettings:
             raise ValueError(f"shorten_kv_usage must lie in [0, 1], got {self.shorten_kv_usage}")
         if self.short_max_tokens < 1:
             raise ValueError(f"short_max_tokens must be >= 1, got {self.short_max_tokens}")
-        Classes(self.voice_max_priority, self.agent_min_priority)
+        super().__post_init__()
 
 
 class LeaseholderGate(Gate):
@@ -64,7 +55,7 @@ class LeaseholderGate(Gate):
     COUNTERS = ("leases", "lease_expired", "deferred", "throttled", "shortened", "hold_expired")
 
     def __init__(self, settings: LeaseholderSettings) -> None:
-        super().__init__(Classes(settings.voice_max_priority, settings.agent_min_priority))
+        super().__init__(settings.classes())
         self.settings = settings
         self.leases: dict[str, dict[str, float]] = defaultdict(dict)  # backend -> session -> expiry
         self.answering: dict[str, set[str]] = defaultdict(set)  # backend -> voice requests in flight

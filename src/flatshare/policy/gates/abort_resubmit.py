@@ -29,27 +29,18 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from flatshare.gateway.baselines.core import (
-    SENT,
-    BackendLoad,
-    Classes,
-    Decisions,
-    Gate,
-    Send,
-    Tracked,
-    earliest,
-)
+from flatshare.policy.classes import ClassSettings
+from flatshare.policy.gates.core import SENT, Decisions, Gate, Send, Tracked, earliest
+from flatshare.policy.load import BackendLoad
 
 RESUME_ON = ("first_sentence", "first_token")
 
 
 @dataclass(frozen=True)
-class AbortResubmitSettings:
+class AbortResubmitSettings(ClassSettings):
     resume_on: str = "first_sentence"
     max_aborts_per_request: int = 0
     max_hold_s: float = 120.0
-    voice_max_priority: int = 0
-    agent_min_priority: int = 10
 
     def __post_init__(self) -> None:
         if self.resume_on not in RESUME_ON:
@@ -58,7 +49,7 @@ class AbortResubmitSettings:
             raise ValueError(f"max_aborts_per_request must be >= 0, got {self.max_aborts_per_request}")
         if not self.max_hold_s > 0:
             raise ValueError(f"max_hold_s must be > 0, got {self.max_hold_s}")
-        Classes(self.voice_max_priority, self.agent_min_priority)
+        super().__post_init__()
 
 
 class AbortResubmitGate(Gate):
@@ -74,7 +65,7 @@ class AbortResubmitGate(Gate):
     )
 
     def __init__(self, settings: AbortResubmitSettings) -> None:
-        super().__init__(Classes(settings.voice_max_priority, settings.agent_min_priority))
+        super().__init__(settings.classes())
         self.settings = settings
         self.pending_voice: dict[str, set[str]] = defaultdict(set)
 

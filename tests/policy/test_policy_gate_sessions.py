@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from flatshare.gateway.baselines import GateEvent, GateRequest, make_gate
-from flatshare.gateway.baselines.sessions import SessionLimits, SessionMap
+from flatshare.policy.gates import GateEvent, GateRequest, make_gate
+from flatshare.policy.gates.sessions import SessionLimits, SessionMap
 
 
 def test_an_entry_expires_ttl_after_its_last_request() -> None:

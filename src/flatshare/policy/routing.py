@@ -1,6 +1,6 @@
 """What a routing policy sees and says: pure data, no I/O.
 
-A policy is a function `(RequestFeatures, tuple[BackendSnapshot, ...]) -> RoutingDecision`. The gateway
+A policy is a function `(RequestFeatures, tuple[BackendLoad, ...]) -> RoutingDecision`. The gateway
 builds the features from the HTTP request and the snapshots from its pollers; the simulated cluster of the
 admission experiment builds both from its own state and calls the same functions (`policies.py`).
 
@@ -11,11 +11,7 @@ answers 503 without asking a policy) and keeps the configured backend order.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-
-UNKNOWN_PRESSURE = 1.0
-"""The KV use assumed for a backend whose reading is stale or missing: treat what cannot be seen as full."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +29,21 @@ class Thresholds:
 
 
 @dataclass(frozen=True)
+class ThresholdConfig:
+    """The threshold policy's thresholds; `calibrated_from` records what `calibrate` read (else empty)."""
+
+    kv_usage: float = 0.8
+    input_tokens: int = 4096
+    calibrated_from: str = ""
+
+    def __post_init__(self) -> None:
+        self.thresholds()  # validates
+
+    def thresholds(self) -> Thresholds:
+        return Thresholds(self.kv_usage, self.input_tokens)
+
+
+@dataclass(frozen=True)
 class RequestFeatures:
     """One request as a policy sees it.
 
@@ -46,41 +57,6 @@ class RequestFeatures:
     priority: int = 0
     cls: str = "default"
     max_tokens: int | None = None
-
-
-@dataclass(frozen=True)
-class BackendSnapshot:
-    """A backend's last scraped state at the moment of a decision.
-
-    `kv_usage` is `vllm:kv_cache_usage_perc` (0-1; None before the first good scrape); `running` and
-    `waiting` are `vllm:num_requests_running` / `_waiting`; `scrape_age_s` is the time since the last good
-    scrape (inf before the first). A stale backend is still routable but its readings are not trusted:
-    `pressure` counts it as full.
-    """
-
-    name: str
-    kv_usage: float | None = None
-    running: int = 0
-    waiting: int = 0
-    preemptions: float = 0.0
-    scrape_age_s: float = math.inf
-    stale: bool = True
-    healthy: bool = True
-    kv_capacity_tokens: int | None = None
-    degraded: bool = False
-    """It missed the gateway's first-byte timeout lately (`gateway.backends`); routed to only as a last resort."""
-
-    @property
-    def pressure(self) -> float:
-        """KV use to decide on: the reading when fresh, else `UNKNOWN_PRESSURE`."""
-        if self.stale or self.kv_usage is None:
-            return UNKNOWN_PRESSURE
-        return self.kv_usage
-
-    @property
-    def queue(self) -> float:
-        """Waiting requests to decide on: the reading when fresh, else infinity."""
-        return math.inf if self.stale else float(self.waiting)
 
 
 @dataclass(frozen=True)

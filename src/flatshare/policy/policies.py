@@ -1,16 +1,16 @@
-"""Routing policies: pure functions `(RequestFeatures, tuple[BackendSnapshot, ...]) -> RoutingDecision`.
+"""Routing policies: pure functions `(RequestFeatures, tuple[BackendLoad, ...]) -> RoutingDecision`.
 
 No I/O, no clocks, no hidden state: the same inputs give the same decision (`random` draws from the
 `random.Random` it is given, so a seeded generator makes it reproducible). The gateway and the
 simulated cluster of the admission experiment call these same functions. Every policy receives only
-candidates (see `routing.py`): a non-empty tuple in configured order.
+candidates (see `routing.py` and `load.py`): a non-empty tuple in configured order.
 
 - `threshold` (the second seed's rule): pick the preferred backend with `prefer` (round-robin by
   default). If the request's input tokens exceed `thresholds.input_tokens` *and* the preferred
   backend's KV use exceeds `thresholds.kv_usage`, send the request to the least-pressured other
   backend (lowest KV use, then fewest waiting, then configured order), provided it is less pressured
   than the preferred one; otherwise keep the preferred backend. Stale readings count as full KV
-  (`routing.UNKNOWN_PRESSURE`), so a long request is not placed where the gateway cannot see.
+  (`load.UNKNOWN_PRESSURE`), so a long request is not placed where the gateway cannot see.
 - `round-robin`: candidate `sequence mod n`.
 - `first`: the first candidate (all traffic to one backend while it is healthy; the seed's baseline).
 - `least-kv`: lowest KV use (then fewest waiting, then order).
@@ -24,9 +24,10 @@ import functools
 import random
 from collections.abc import Callable
 
-from flatshare.gateway.routing import BackendSnapshot, RequestFeatures, RoutingDecision, Thresholds
+from flatshare.policy.load import BackendLoad
+from flatshare.policy.routing import RequestFeatures, RoutingDecision, Thresholds
 
-Backends = tuple[BackendSnapshot, ...]
+Backends = tuple[BackendLoad, ...]
 Policy = Callable[[RequestFeatures, Backends], RoutingDecision]
 
 POLICY_NAMES = ("threshold", "round-robin", "least-kv", "least-waiting", "random", "first")
@@ -45,11 +46,11 @@ REASONS = (
 )
 
 
-def _pick(backend: BackendSnapshot, reason: str) -> RoutingDecision:
+def _pick(backend: BackendLoad, reason: str) -> RoutingDecision:
     return RoutingDecision(backend.name, reason, backend.name)
 
 
-def _pressure_key(backend: BackendSnapshot) -> tuple[float, float]:
+def _pressure_key(backend: BackendLoad) -> tuple[float, float]:
     return (backend.pressure, backend.queue)
 
 
