@@ -14,7 +14,8 @@ Modules (every one is listed here; tests/gateway/test_gateway_layout.py checks i
   `flatshare.policy.gates` baseline on the event loop).
 - backends: `backends` (each one's last reading, health, models), `backendlimits` (bounds on what a
   backend may send), `poller` (GET /metrics and /health, read by `flatshare.protocol.prometheus`), `upstream`
-  and `upstream_native` (HTTP clients to the backends), `watch` (background tasks that cannot die
+  (the client interface), `upstream_httpx` and `upstream_native` (the two HTTP clients to the backends),
+  `upstream_make` (picks one), `watch` (background tasks that cannot die
   silently), `discovery`, `dnslookup` and `membership` (backends from DNS, a headless Service).
 - settings: `config`, `configfile`; `calibrate_inputs` (what `flatshare calibrate-thresholds` reads) and
   `calibrate_save` (saving its thresholds into a config file).
