@@ -37,9 +37,9 @@ import numpy as np
 
 from flatshare.replay.endpoints import Endpoint
 from flatshare.replay.ledger import Ledger
-from flatshare.replay.records import ReplayRecord
-from flatshare.replay.rundir import write_run
 from flatshare.replay.wallclock import WallClockOptions, run_in_loop, run_wallclock
+from flatshare.runfiles.records import ReplayRecord
+from flatshare.runfiles.run import write_replay_run
 from flatshare.testing.procstat import cpu_seconds, run_queue_seconds
 from flatshare.workloads.model import Session, Workload, WorkloadRequest
 from flatshare.workloads.tokens import unique_span
@@ -302,7 +302,7 @@ def main() -> None:
             "benchmark": vars(args) | {"out": str(args.out)},
             "t0": result.ledger.clock.t0,
         }
-        write_run(args.out, result.ledger.sorted_records(), result.ledger.samples, meta)
+        write_replay_run(args.out, result.ledger.sorted_records(), result.ledger.samples, meta)
         (args.out / "server_timings.json").write_text(json.dumps(result.timings))
         freezes = {"driver": result.probe.freezes, "server": result.server_freezes}
         (args.out / "freezes.json").write_text(json.dumps(freezes))

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flatshare.cli import app
-from flatshare.replay.records import schema_problems
+from flatshare.runfiles.records import schema_problems
 
 runner = CliRunner()
 

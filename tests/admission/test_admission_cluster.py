@@ -9,8 +9,8 @@ from admissionkit import request, run_saved, workload
 
 from flatshare.admission.plan import SYNTHETIC_THRESHOLDS, SyntheticPlan
 from flatshare.admission.synthetic import synthetic_workload
-from flatshare.gateway.policies import make_policy
-from flatshare.gateway.routing import Thresholds
+from flatshare.policy.policies import make_policy
+from flatshare.policy.routing import Thresholds
 
 pytestmark = pytest.mark.vllm
 

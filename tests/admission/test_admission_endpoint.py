@@ -26,7 +26,7 @@ from flatshare.admission.plan import SyntheticPlan, endpoint_thresholds
 from flatshare.errors import InputError
 from flatshare.gateway.app import build_gateway
 from flatshare.gateway.config import BackendConfig, GatewayConfig, PollConfig, TokenConfig
-from flatshare.replay.records import read_records
+from flatshare.runfiles.records import read_records
 from kit.net import ThreadServer, serve_sim_processes
 
 TOKEN = "admission-test-token-0123"
@@ -203,7 +203,7 @@ def test_each_decision_sees_the_last_reading_of_each_backend_before_it() -> None
     """Decisions in send order, numbered, each with every backend as its last sample at or before the
     send time (a backend not read yet is absent); requests without routing headers make none."""
     from flatshare.admission.gatewaydecisions import decisions_from
-    from flatshare.replay.records import ReplayRecord
+    from flatshare.runfiles.records import ReplayRecord
 
     def record(rid: str, send_s: float) -> ReplayRecord:
         return ReplayRecord(rid, rid, "short", 1, 100, 8, "b0", send_s)

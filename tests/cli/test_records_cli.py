@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flatshare.cli import app
-from flatshare.replay.records import RECORD_VERSION, read_records, schema_problems
+from flatshare.runfiles.records import RECORD_VERSION, read_records, schema_problems
 
 runner = CliRunner()
 

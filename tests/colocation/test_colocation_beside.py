@@ -10,7 +10,7 @@ import pytest
 from flatshare.colocation.beside import agreement, beside_lines, sim_beside_real
 from flatshare.colocation.runs import SavedRun
 from flatshare.errors import InputError
-from flatshare.replay.records import ReplayRecord
+from flatshare.runfiles.records import ReplayRecord
 
 
 def _voice(i: int, ttft: float) -> ReplayRecord:

@@ -8,8 +8,8 @@ import pytest
 
 from flatshare.colocation.runs import SavedRun
 from flatshare.colocation.summary import summarize
-from flatshare.colocation.voice import VoicePipeline
-from flatshare.replay.records import ReplayRecord
+from flatshare.listen.voice import VoicePipeline
+from flatshare.runfiles.records import ReplayRecord
 
 
 def voice(i: int, send: float, first_sentence_after: float | None, status: str = "ok") -> ReplayRecord:

@@ -28,7 +28,8 @@ import pytest
 from deploykit import DEPLOY
 
 from flatshare.gateway.app import build_gateway
-from flatshare.gateway.config import BackendConfig, GatewayConfig, PollConfig, ThresholdConfig, TokenConfig
+from flatshare.gateway.config import BackendConfig, GatewayConfig, PollConfig, TokenConfig
+from flatshare.policy.routing import ThresholdConfig
 from kit.net import (
     ThreadServer,
     free_port,

@@ -7,8 +7,8 @@ import pytest
 
 from flatshare.fidelity.compare import Bounds, compare, relative, verdict
 from flatshare.fidelity.measures import run_metrics, samples_of
-from flatshare.replay.records import ReplayRecord
-from flatshare.sim.records import EngineSample
+from flatshare.runfiles.records import ReplayRecord
+from flatshare.runfiles.samples import EngineSample
 
 
 def _record(rid: str, cls: str, send: float, first: float, gap: float, n: int) -> ReplayRecord:

@@ -18,9 +18,9 @@ from flatshare.gateway.backendlimits import BackendLimits
 from flatshare.gateway.backends import BackendState
 from flatshare.gateway.config import BackendConfig, PollConfig
 from flatshare.gateway.poller import Poller
-from flatshare.gateway.scrape import ScrapeError, parse_metrics
-from flatshare.gateway.upstream import make_upstream
+from flatshare.gateway.upstream_make import make_upstream
 from flatshare.gateway.watch import TaskWatch
+from flatshare.protocol.prometheus import ScrapeError, parse_load
 from kit.fake_vllm import FakeState, fake_backend_app, metrics_page
 from kit.net import ThreadServer, wait_for
 
@@ -40,7 +40,7 @@ BAD_PAGES = {
 def test_non_finite_metrics_refuse_the_scrape(page: str) -> None:
     """Before: OverflowError (+Inf, the overflowing sum), or NaN and -Inf KV use read as 0.0."""
     with pytest.raises(ScrapeError, match="refusing the whole page"):
-        parse_metrics(page)
+        parse_load(page)
 
 
 @pytest.fixture
@@ -109,9 +109,9 @@ def test_a_large_page_is_parsed_off_the_event_loop(
     threads: list[int] = []
     real = poller_module._parse
 
-    def parse(body: bytes) -> object:
+    def parse(body: bytes, name: str) -> object:
         threads.append(threading.get_ident())
-        return real(body)
+        return real(body, name)
 
     monkeypatch.setattr(poller_module, "_parse", parse)
 

@@ -11,15 +11,15 @@ from typer.testing import CliRunner
 
 from flatshare.errors import InputError
 from flatshare.gateway.__main__ import app
-from flatshare.gateway.calibrate import (
+from flatshare.gateway.calibrate_inputs import load_samples
+from flatshare.gateway.configfile import load_config
+from flatshare.policy.calibrate import (
     KV_FLOOR,
     CalibrationSample,
     calibrate_thresholds,
-    load_samples,
     nearest_rank,
 )
-from flatshare.gateway.configfile import load_config
-from flatshare.replay.records import ReplayRecord
+from flatshare.runfiles.records import ReplayRecord
 
 
 def run_samples(seed: int, n: int = 1000) -> list[CalibrationSample]:

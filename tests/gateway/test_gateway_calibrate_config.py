@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from flatshare.cli import app
 from flatshare.gateway.configfile import load_config
-from flatshare.replay.records import ReplayRecord
+from flatshare.runfiles.records import ReplayRecord
 from kit.files import plant, refused, untouched
 
 runner = CliRunner()

@@ -10,8 +10,9 @@ import pytest
 from flatshare.errors import InputError
 from flatshare.gateway.calibrate_save import save_thresholds
 from flatshare.gateway.command import backend_entry
-from flatshare.gateway.config import GatewayConfig, ThresholdConfig
+from flatshare.gateway.config import GatewayConfig
 from flatshare.gateway.configfile import load_config
+from flatshare.policy.routing import ThresholdConfig
 
 TOML = """
 port = 9100

@@ -1,5 +1,5 @@
 """The gateway's file readers fuzzed (issue 16): its config file (`configfile.load_config`, TOML and JSON)
-and the runs `flatshare calibrate-thresholds` reads (`calibrate.load_samples`: audit logs, request records,
+and the runs `flatshare calibrate-thresholds` reads (`calibrate_inputs.load_samples`: audit logs, request records,
 engine samples), in-process with hypothesis, then a few refused config files through the real CLI.
 Each reader returns a valid object or raises `InputError` (the CLI's "one line, exit 2") with a one-line
 message that shows no key or token; never another exception, never a hang.
@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from flatshare.cli import app
 from flatshare.errors import InputError
-from flatshare.gateway.calibrate import load_samples
+from flatshare.gateway.calibrate_inputs import load_samples
 from flatshare.gateway.config import GatewayConfig
 from flatshare.gateway.configfile import load_config
 from kit.fuzz import fuzz_settings, odd_json

@@ -1,6 +1,6 @@
 """The gateway's backend-facing readers fuzzed (issue 32): what a broken or hostile backend sends.
 
-- /metrics pages with non-finite, huge and negative numbers, over several engines: `parse_metrics` returns
+- /metrics pages with non-finite, huge and negative numbers, over several engines: `parse_load` returns
   finite readings or raises `ScrapeError`, never anything else, and what it returns fits strict JSON.
 - /v1/models answers of odd JSON (deep nesting, huge numbers, lone surrogates) served over real HTTP
   to a real poller: every poll ends (good or failed), the poller is never dead, nothing is logged twice.
@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from flatshare.gateway.backends import BackendState
 from flatshare.gateway.config import BackendConfig, PollConfig
 from flatshare.gateway.poller import Poller
-from flatshare.gateway.scrape import ScrapeError, parse_metrics
 from flatshare.gateway.sse import EventFramer
-from flatshare.gateway.upstream import make_upstream
+from flatshare.gateway.upstream_make import make_upstream
 from flatshare.gateway.watch import TaskWatch
+from flatshare.protocol.prometheus import ScrapeError, parse_load
 from flatshare.protocol.sse import event_data
 from kit.fake_vllm import FakeState, fake_backend_app
 from kit.fuzz import fuzz_settings, odd_json
@@ -66,7 +66,7 @@ def metrics_pages() -> st.SearchStrategy[str]:
 @given(page=metrics_pages())
 def test_metrics_pages_give_finite_readings_or_a_scrape_error(page: str) -> None:
     try:
-        metrics = parse_metrics(page)
+        metrics = parse_load(page)
     except ScrapeError:
         return
     values = [metrics.kv_usage, metrics.running, metrics.waiting, metrics.preemptions]

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from flatshare.cli import app
 from flatshare.errors import InputError
-from flatshare.gateway.calibrate import load_samples
+from flatshare.gateway.calibrate_inputs import load_samples
 from flatshare.gateway.configfile import load_config
 
 BACKEND = '[[backends]]\nurl = "http://127.0.0.1:8001"\n'

@@ -16,7 +16,7 @@ from gatewaykit import backend_rows, gateway_config, read_events, running_gatewa
 from flatshare.gateway.backends import BackendState
 from flatshare.gateway.config import BackendConfig, PollConfig
 from flatshare.gateway.poller import Poller
-from flatshare.gateway.upstream import make_upstream
+from flatshare.gateway.upstream_make import make_upstream
 from kit.fake_vllm import FakeState, fake_backend_app
 from kit.net import ThreadServer, free_port, wait_for
 

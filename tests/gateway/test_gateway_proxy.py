@@ -15,7 +15,8 @@ import pytest
 from gatewaykit import backend_rows, gateway_config, read_events, running_gateway, scrape
 
 from flatshare.gateway.app import Gateway
-from flatshare.gateway.config import PollConfig, TenantConfig, ThresholdConfig
+from flatshare.gateway.config import PollConfig, TenantConfig
+from flatshare.policy.routing import ThresholdConfig
 from kit.fake_vllm import FakeState, fake_backend_app
 from kit.net import ThreadServer, wait_for
 

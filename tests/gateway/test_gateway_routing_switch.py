@@ -14,10 +14,10 @@ import pytest
 from gatewaykit import gateway_config, running_gateway, scrape
 
 from flatshare.errors import InputError
-from flatshare.gateway.calibrate import samples_from_row
-from flatshare.gateway.config import ThresholdConfig
+from flatshare.gateway.calibrate_inputs import samples_from_row
 from flatshare.gateway.configfile import load_config
 from flatshare.gateway.switch import RoutingConfig, apply_change
+from flatshare.policy.routing import ThresholdConfig
 from kit.fake_vllm import FakeState, fake_backend_app
 from kit.net import ThreadServer, wait_for
 

@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from flatshare.gateway.scrape import WANTED, ScrapeError, parse_metrics
 from flatshare.gateway.sse import DONE, EventFramer, token_events
-from flatshare.protocol.prometheus import select_lines
+from flatshare.protocol.prometheus import WANTED, ScrapeError, parse_load, select_lines
 
 VLLM_PAGE = """\
 # HELP python_gc_objects_collected_total Objects collected during gc
@@ -43,7 +42,7 @@ vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 1.5
 
 
 def test_reads_what_a_router_needs_across_engines() -> None:
-    metrics = parse_metrics(VLLM_PAGE)
+    metrics = parse_load(VLLM_PAGE)
     assert metrics.kv_usage == 0.875  # the fullest engine
     assert (metrics.running, metrics.waiting, metrics.preemptions) == (5, 4, 8.0)
     assert metrics.kv_capacity_tokens == 2048 * 16
@@ -63,7 +62,7 @@ def test_serve_sim_page_parses() -> None:
         'vllm:num_preemptions_total{engine="0",model_name="sim"} 2.0\n'
         'vllm:num_preemptions_created{engine="0",model_name="sim"} 1.7e9\n'
     )
-    metrics = parse_metrics(page)
+    metrics = parse_load(page)
     assert (metrics.kv_usage, metrics.preemptions, metrics.running, metrics.kv_capacity_tokens) == (
         0.5,
         2.0,
@@ -75,7 +74,7 @@ def test_serve_sim_page_parses() -> None:
 @pytest.mark.parametrize("page", ["", "<html>not metrics</html>", "vllm:num_requests_running 1\n"])
 def test_a_page_without_kv_use_is_an_error(page: str) -> None:
     with pytest.raises(ScrapeError, match="kv_cache_usage_perc"):
-        parse_metrics(page)
+        parse_load(page)
 
 
 def event(choice: dict[str, object]) -> bytes:

@@ -11,7 +11,8 @@ import httpx
 import pytest
 from gatewaykit import backend_rows, gateway_config, read_events, running_gateway, scrape, sim_backends
 
-from flatshare.gateway.config import ThresholdConfig, TokenConfig
+from flatshare.gateway.config import TokenConfig
+from flatshare.policy.routing import ThresholdConfig
 from kit.net import wait_for
 
 pytestmark = pytest.mark.vllm

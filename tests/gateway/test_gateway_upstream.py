@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from flatshare.gateway.upstream import Upstream, UpstreamError, make_upstream, resolve_client
+from flatshare.gateway.upstream import Upstream, UpstreamError, resolve_client
+from flatshare.gateway.upstream_make import make_upstream
 from kit.fake_vllm import FakeState, fake_backend_app
 from kit.net import ThreadServer, free_port, wait_for
 

@@ -17,9 +17,10 @@ import httpx
 import pytest
 from gatewaykit import backend_rows, gateway_config, read_events, running_gateway
 
-from flatshare.gateway.config import PollConfig, ThresholdConfig, TokenConfig
-from flatshare.gateway.policies import first, threshold
-from flatshare.gateway.routing import BackendSnapshot, RequestFeatures, Thresholds
+from flatshare.gateway.config import PollConfig, TokenConfig
+from flatshare.policy.load import BackendLoad
+from flatshare.policy.policies import first, threshold
+from flatshare.policy.routing import RequestFeatures, ThresholdConfig, Thresholds
 from flatshare.testing.vllm_server import VllmServer
 from kit.fake_vllm import FakeState, fake_backend_app
 from kit.net import ThreadServer, wait_for
@@ -117,7 +118,7 @@ def keep_full(url: str, seed: int, stop: threading.Event) -> None:
 def replayed(line: dict[str, Any]) -> tuple[str, str]:
     """The decision the pure policy makes from what the audit line says the gateway saw."""
     snapshots = tuple(
-        BackendSnapshot(b["name"], kv_usage=b["kv_usage"], waiting=b["waiting"], stale=b["stale"])
+        BackendLoad(b["name"], kv_usage=b["kv_usage"], waiting=b["waiting"], stale=b["stale"])
         for b in line["backends"]
         if b["name"] in line["candidates"]
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import Result
 
-from flatshare.replay.records import ReplayRecord, write_records
+from flatshare.runfiles.records import ReplayRecord, write_records
 
 VICTIM_TEXT = "a file outside the output folder\n"
 

@@ -19,7 +19,7 @@ import pytest
 from flatshare.errors import InputError
 from flatshare.lab.executors import LocalExecutor, make_executor
 from flatshare.lab.jobs import Job, JobFailure, JobsFailed
-from flatshare.lab.rundir import atomic_folder, read_json, read_jsonl, write_json, write_jsonl
+from flatshare.runfiles.files import atomic_folder, read_json, read_jsonl, write_json, write_jsonl
 
 
 def square_unless_bad(job: Job[int]) -> int:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from flatshare.listen.speech import missing_tools
-from flatshare.replay.records import ReplayRecord
-from flatshare.replay.rundir import write_run
+from flatshare.runfiles.records import ReplayRecord
+from flatshare.runfiles.run import write_replay_run
 from flatshare.workloads.spec import parse_spec
 
 SPEC = "voice:callers=1,duration=80,turns=4"
@@ -33,7 +33,7 @@ def saved_run(
 ) -> Path:
     """Every request of caller line 0 sent as `Session.issue_s` says, request k's first token `ttft_s[k]`
     (default 0.1 s) after it is sent, then one token every `token_gap_s`; requests in `failed` fail with no
-    tokens. Written with `flatshare.replay.rundir.write_run`."""
+    tokens. Written with `flatshare.runfiles.run.write_replay_run`."""
     session = parse_spec(SPEC, seed=seed).sessions[0]
     records: list[ReplayRecord] = []
     done, tokens, first_sentence = 0.0, 0, None
@@ -59,7 +59,9 @@ def saved_run(
         records.append(record)
         done = record.end_s or send
         tokens, first_sentence = len(record.token_times_s), record.first_sentence_s
-    write_run(folder, records, [], {"spec": SPEC, "seed": seed, "max_model_len": None, "driver": "virtual"})
+    write_replay_run(
+        folder, records, [], {"spec": SPEC, "seed": seed, "max_model_len": None, "driver": "virtual"}
+    )
     return folder
 
 

@@ -9,10 +9,10 @@ from listenkit import needs_speech, silences
 
 from flatshare.colocation.experiment import MAIN_CONDITIONS, ColocationPlan, run_one
 from flatshare.colocation.runs import load_runs
-from flatshare.colocation.voice import VoicePipeline
 from flatshare.listen.render import render_call
 from flatshare.listen.speech import read_wav
 from flatshare.listen.timeline import load_voice_run, worst_turn
+from flatshare.listen.voice import VoicePipeline
 
 pytestmark = [pytest.mark.vllm, needs_speech]
 

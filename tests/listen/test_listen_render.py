@@ -11,12 +11,12 @@ from listenkit import needs_speech, saved_run, silences
 from typer.testing import CliRunner
 
 from flatshare.cli import app
-from flatshare.colocation.voice import VoicePipeline
 from flatshare.errors import InputError
 from flatshare.listen.render import render_call, render_pair
 from flatshare.listen.speech import AGENT_VOICE, SPEECH_FLOOR, read_wav, speak
 from flatshare.listen.timeline import TurnRef
-from flatshare.replay.records import read_records
+from flatshare.listen.voice import VoicePipeline
+from flatshare.runfiles.records import read_records
 from flatshare.workloads.spec import parse_spec
 from flatshare.workloads.synth.voice import VoiceProfile
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from listenkit import SPEC, saved_run
 
-from flatshare.colocation.voice import VoicePipeline
 from flatshare.errors import InputError
 from flatshare.listen.timeline import call_requests, call_timeline, load_voice_run, worst_turn
+from flatshare.listen.voice import VoicePipeline
 from flatshare.workloads.spec import parse_spec
 
 

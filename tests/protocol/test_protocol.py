@@ -7,9 +7,10 @@ import json
 import math
 
 import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from flatshare.protocol.models import first_model, model_cards
-from flatshare.protocol.prometheus import MetricsPage, combine, kv_capacity_tokens
+from flatshare.protocol.prometheus import PREEMPTIONS, MetricsPage, combine, kv_capacity_tokens, parse_load
 from flatshare.protocol.prompt_ids import FIRST_ID, piece_id, split_words
 from flatshare.protocol.sse import StreamReader
 
@@ -85,3 +86,28 @@ def test_token_pieces_and_ids() -> None:
         == 4 + int.from_bytes(hashlib.blake2b(b"x", digest_size=8).digest(), "little") % 31996
     )
     assert all(FIRST_ID <= piece_id(str(k), 5) < 5 for k in range(50))
+
+
+def test_the_preemption_counter_is_read_in_both_exposition_styles() -> None:
+    """vLLM registers `vllm:num_preemptions`; the page carries the sample `vllm:num_preemptions_total`
+    under a `# TYPE` named after the sample (Prometheus text, as prometheus_client writes it) or after the
+    family (OpenMetrics style), with a `_created` series beside it. One constant reads both."""
+    registry = CollectorRegistry()
+    counter = Counter("vllm:num_preemptions", "preemptions", ["engine"], registry=registry)
+    counter.labels("0").inc(3)
+    counter.labels("1").inc(2)
+    gauge = Gauge("vllm:kv_cache_usage_perc", "kv", ["engine"], registry=registry)
+    gauge.labels("0").set(0.5)
+    prometheus_text = generate_latest(registry).decode()
+    assert (
+        f"# TYPE {PREEMPTIONS} counter" in prometheus_text
+        and "vllm:num_preemptions_created" in prometheus_text
+    )
+    openmetrics_style = (
+        'vllm:kv_cache_usage_perc{engine="0"} 0.5\n'
+        "# TYPE vllm:num_preemptions counter\n"
+        'vllm:num_preemptions_total{engine="0"} 5.0\n'
+        'vllm:num_preemptions_created{engine="0"} 1.7e9\n'
+    )
+    assert parse_load(prometheus_text).preemptions == 5.0
+    assert parse_load(openmetrics_style).preemptions == 5.0

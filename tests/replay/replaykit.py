@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from flatshare.replay.records import ReplayRecord, schema_problems
+from flatshare.runfiles.records import ReplayRecord, schema_problems
 from flatshare.workloads.model import Session, Workload, WorkloadRequest
 from flatshare.workloads.tokens import unique_span
 

@@ -13,7 +13,7 @@ from replaykit import checked_records
 
 from flatshare.errors import InputError
 from flatshare.replay.command import replay_command
-from flatshare.replay.records import RECORD_VERSION
+from flatshare.runfiles.records import RECORD_VERSION
 from flatshare.testing.vllm_server import free_port
 from flatshare.workloads.spec import parse_spec
 

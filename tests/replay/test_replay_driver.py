@@ -13,8 +13,8 @@ from replaykit import by_id, session, workload
 from flatshare.protocol.sse import STREAM_OPTIONS
 from flatshare.replay.endpoints import Endpoint, sticky_index
 from flatshare.replay.ledger import NEVER_SENT, Ledger
-from flatshare.replay.records import schema_problems
 from flatshare.replay.wallclock import CUT, INTERRUPTED, WallClockOptions, run_wallclock
+from flatshare.runfiles.records import schema_problems
 from flatshare.workloads.model import Workload
 from kit.fake_vllm import FakeServer
 

@@ -10,8 +10,8 @@ from replaykit import session, workload
 
 from flatshare.replay.endpoints import Endpoint
 from flatshare.replay.ledger import Ledger
-from flatshare.replay.records import schema_problems
 from flatshare.replay.wallclock import WallClockOptions, run_wallclock
+from flatshare.runfiles.records import schema_problems
 from kit.fake_vllm import FakeServer
 
 GATEWAY = Endpoint("http://gw:8080", "fake")

@@ -22,9 +22,9 @@ from replaykit import Capture, checked_records, session, workload
 from flatshare.replay.command import replay_command
 from flatshare.replay.endpoints import Endpoint, sticky_index
 from flatshare.replay.ledger import Ledger
-from flatshare.replay.rundir import read_samples
 from flatshare.replay.virtual import sticky_route
 from flatshare.replay.wallclock import INTERRUPTED, run_wallclock
+from flatshare.runfiles.samples import read_samples
 from flatshare.serve.server import build_sim_app
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.engine import SimEngine

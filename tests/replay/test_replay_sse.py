@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from flatshare.errors import InputError
+from flatshare.protocol.prometheus import MetricsPage, ScrapeError
 from flatshare.protocol.sse import SseSplitter, StreamTally
 from flatshare.replay.endpoints import normalize_url, sticky_index
-from flatshare.replay.sampler import parse_metrics, to_sample
+from flatshare.replay.sampler import read_sample
 
 
 def test_splitter_joins_events_split_across_reads() -> None:
@@ -74,13 +75,12 @@ vllm:num_requests_running_extra 99
 
 
 def test_metrics_are_parsed_and_aggregated_over_engines() -> None:
-    page = parse_metrics(VLLM_METRICS)
-    assert page.values("vllm:kv_cache_usage_perc") == [0.5, 0.25]
-    sample = to_sample(page, 2.0)
-    assert sample is not None
+    assert MetricsPage.parse(VLLM_METRICS).values("vllm:kv_cache_usage_perc") == [0.5, 0.25]
+    sample = read_sample(VLLM_METRICS, 2.0)
     assert (sample.t, sample.kv_usage, sample.running, sample.waiting) == (2.0, 0.375, 5, 4)
     assert (sample.preemptions_total, sample.cpu_tier_blocks) == (7, 0)
-    assert to_sample(parse_metrics("vllm:num_requests_running 1\n"), 0.0) is None
+    with pytest.raises(ScrapeError, match="kv_cache_usage_perc"):
+        read_sample("vllm:num_requests_running 1\n", 0.0)
 
 
 def test_endpoint_urls_are_normalized_and_bad_ones_refused() -> None:

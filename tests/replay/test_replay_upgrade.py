@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from flatshare.errors import InputError
-from flatshare.replay.records import RECORD_VERSION, ReplayRecord, read_records, schema_problems
-from flatshare.replay.upgrade import upgrade_file, upgrade_row
+from flatshare.runfiles.records import RECORD_VERSION, ReplayRecord, read_records, schema_problems
+from flatshare.runfiles.upgrade import upgrade_file, upgrade_row
 
 # A line `flatshare sim` wrote before version 2 (times shortened).
 SIM_V1 = {

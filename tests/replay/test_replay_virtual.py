@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from flatshare.replay.records import ReplayRecord, schema_problems
 from flatshare.replay.virtual import run_virtual
+from flatshare.runfiles.records import ReplayRecord, schema_problems
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.engine import SimEngine
 from flatshare.sim.profile import load_profile
@@ -85,3 +85,25 @@ def test_voice_turns_are_preceded_by_arrival_hints_that_stay_out_of_the_records(
     assert not any(r.id.endswith("/hint") for r in run.records)
     with pytest.raises(ValueError, match="hint_lead_s"):
         run_virtual(workload, _engines(1), until_s=60, hint_lead_s=-1)
+
+
+def test_the_run_carries_the_engines_totals_not_the_engines() -> None:
+    """`VirtualRun` is a plain value: preemptions, steps and scheduler counters summed over the engines,
+    the latest clock, and no engine inside (run folders are written from it alone)."""
+    workload = parse_spec("voice-agents:callers=4,agents=4,duration=60", seed=2, max_model_len=8192)
+    engines = _engines(2, kv_tokens=8208, max_model_len=8192, scheduler="make-room")
+    run = run_virtual(workload, engines, until_s=60)
+    assert all(not isinstance(value, SimEngine) for value in vars(run).values())
+    assert all(e.steps > 0 for e in engines)  # both served: a total of one engine would differ
+    assert run.preemptions == sum(e.preemptions for e in engines)
+    assert run.steps == sum(e.steps for e in engines)
+    assert run.virtual_s == max(e.now for e in engines)
+    counters = [e.result().scheduler_counters for e in engines]
+    assert run.scheduler_counters == {key: counters[0][key] + counters[1][key] for key in counters[0]}
+    assert "make_room_events" in run.scheduler_counters
+    assert run.totals() == {
+        "preemptions": run.preemptions,
+        "steps": run.steps,
+        "virtual_s": run.virtual_s,
+        "scheduler_counters": run.scheduler_counters,
+    }

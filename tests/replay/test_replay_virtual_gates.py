@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from flatshare.gateway.baselines import make_gate
-from flatshare.replay.records import schema_problems
+from flatshare.policy.gates import make_gate
 from flatshare.replay.virtual import VirtualRun, run_virtual
+from flatshare.runfiles.records import schema_problems
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.engine import SimEngine
 from flatshare.sim.profile import load_profile

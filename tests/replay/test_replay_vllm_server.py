@@ -11,8 +11,8 @@ import pytest
 from replaykit import checked_records
 
 from flatshare.replay.command import replay_command
-from flatshare.replay.records import RECORD_VERSION
-from flatshare.replay.rundir import read_samples
+from flatshare.runfiles.records import RECORD_VERSION
+from flatshare.runfiles.samples import read_samples
 from flatshare.sim.options import EngineOptions
 from flatshare.testing.vllm_server import VllmServer
 from flatshare.workloads.spec import parse_spec

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from vllm.v1.request import RequestStatus
 
+from flatshare.runfiles.sim_records import RequestRecord
 from flatshare.sim.config import EngineConfig, fitting_model_len
 from flatshare.sim.engine import SimEngine, SimResult, StepReport
 from flatshare.sim.profile import ScheduledWork, load_profile
-from flatshare.sim.records import RequestRecord
 from flatshare.sim.requests import SimRequest
 from simkit import req
 

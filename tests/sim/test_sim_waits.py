@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 from tests.simkit import req
 
+from flatshare.runfiles.sim_records import RequestRecord
 from flatshare.sim.config import EngineConfig, fitting_model_len
 from flatshare.sim.engine import SimEngine
 from flatshare.sim.profile import load_profile
-from flatshare.sim.records import RequestRecord
 from flatshare.sim.waits import WAIT_PARTS
 
 pytestmark = pytest.mark.vllm

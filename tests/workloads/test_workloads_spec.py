@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from flatshare.errors import InputError
-from flatshare.workloads.model import DEFAULT_PRIORITY
+from flatshare.policy.classes import DEFAULT_PRIORITY
 from flatshare.workloads.spec import parse_spec
 from flatshare.workloads.tokens import Span
 from flatshare.workloads.traces.weka import read_sessions

@@ -32,7 +32,7 @@ from typing import Any
 from flatshare.admission.cluster import DecisionRecord
 from flatshare.admission.plan import SHORT_MAX_TOKENS
 from flatshare.admission.runs import SavedRun
-from flatshare.replay.records import ReplayRecord
+from flatshare.runfiles.records import ReplayRecord
 from flatshare.sim.profile import ScheduledWork, StepTimeProfile, load_profile
 
 

@@ -1,6 +1,6 @@
 """The simulated cluster: several simulated engines behind the gateway's own routing policies.
 
-At each request's arrival the router builds a `BackendSnapshot` per engine from the engine's current
+At each request's arrival the router builds a `BackendLoad` per engine from the engine's current
 state (`get_kv_cache_usage()`, `get_request_counts()`, plus requests routed there that the engine has not
 yet admitted, which count as waiting), and `RequestFeatures` from the request (input tokens = prompt
 tokens, `sequence` = this run's arrival counter), and calls the same policy function the gateway calls.
@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flatshare.gateway.policies import Policy
-from flatshare.gateway.routing import BackendSnapshot, RequestFeatures
+from flatshare.policy.load import BackendLoad
+from flatshare.policy.policies import Policy
+from flatshare.policy.routing import RequestFeatures
 from flatshare.replay.virtual import VirtualRun, run_virtual
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.engine import SimEngine, StepReport
@@ -63,10 +64,10 @@ class DecisionRecord:
         return self.backend != self.preferred
 
 
-def snapshot(name: str, engine: SimEngine, unadmitted: int) -> BackendSnapshot:
+def snapshot(name: str, engine: SimEngine, unadmitted: int) -> BackendLoad:
     """What the gateway's poller would report for `engine` right now (fresh)."""
     running, waiting = engine.scheduler.get_request_counts()
-    return BackendSnapshot(
+    return BackendLoad(
         name=name,
         kv_usage=float(engine.scheduler.get_kv_cache_usage()),
         running=running,

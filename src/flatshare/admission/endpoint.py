@@ -65,7 +65,7 @@ from flatshare.admission.plan import (
 from flatshare.admission.runs import load_run, run_dir, save_wallclock_run, write_marker
 from flatshare.admission.synthetic import ALONE, MAIN, synthetic_workload
 from flatshare.admission.traces import calibrate_from_run, trace_workload, workload_key
-from flatshare.gateway.routing import Thresholds
+from flatshare.policy.routing import Thresholds
 from flatshare.workloads.model import Workload
 
 Progress = Callable[[str], None]

@@ -11,7 +11,7 @@ from flatshare.admission.gatewayreplay import WallRun
 from flatshare.admission.plan import CALIBRATION_FRACTION, Condition, TraceCase, endpoint_thresholds
 from flatshare.admission.synthetic import ALONE, condition_facts, thresholds_json
 from flatshare.admission.traces import workload_key
-from flatshare.gateway.routing import Thresholds
+from flatshare.policy.routing import Thresholds
 
 
 def common_facts(plan: EndpointPlan, run: WallRun) -> dict[str, Any]:

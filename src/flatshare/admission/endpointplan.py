@@ -16,7 +16,7 @@ from typing import Any
 from flatshare.admission.gatewayclient import GatewayInfo
 from flatshare.admission.plan import TRACE_CONDITIONS, Condition, SyntheticPlan, TraceCase
 from flatshare.admission.synthetic import LONG_FIRST, MAIN
-from flatshare.gateway.routing import Thresholds
+from flatshare.policy.routing import Thresholds
 from flatshare.workloads.tokens import DEFAULT_VOCAB, check_vocab
 
 MAKE_ROOM_HOW = (

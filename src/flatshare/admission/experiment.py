@@ -18,9 +18,9 @@ from flatshare.admission.plan import TRACE_BASELINE, AdmissionPlan, Condition, T
 from flatshare.admission.runs import write_marker
 from flatshare.admission.synthetic import run_synthetic_seed
 from flatshare.admission.traces import run_baseline_and_calibrate, run_trace, workload_key
-from flatshare.gateway.calibrate import Calibration
 from flatshare.lab.executors import Executor, LocalExecutor, OnDone
 from flatshare.lab.jobs import Job, JobsFailed
+from flatshare.policy.calibrate import Calibration
 
 Window = tuple[TraceCase, int, int]
 SYNTHETIC = "synthetic"

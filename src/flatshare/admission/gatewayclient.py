@@ -5,13 +5,15 @@
   has and which model it serves. Every refusal is an `InputError` naming the URL.
 - `put_routing`: `PUT /gateway/routing` with the admin token (a refusal is an `InputError` saying why).
 - `wait_idle`: until every backend is healthy, fresh and runs and queues nothing.
-- `BackendPoller`: polls `/gateway/backends` while a run goes on; each reading becomes one sample row
-  per backend (`engine`, `perf_s`, `kv_usage`, `running`, `waiting`, `preemptions_total`).
+- `backend_loads`: the rows of `GET /gateway/backends` as `flatshare.policy.load.BackendLoad`s.
+- `BackendPoller`: polls `/gateway/backends` while a run goes on, keeping each fresh reading of a
+  backend with its `time.perf_counter()`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +22,7 @@ import httpx
 
 from flatshare import httpclient
 from flatshare.errors import InputError
+from flatshare.policy.load import BackendLoad
 from flatshare.protocol.models import PATH as MODELS_PATH
 from flatshare.protocol.models import first_model
 from flatshare.replay.endpoints import normalize_url
@@ -144,8 +147,29 @@ def put_routing(client: httpx.Client, url: str, token: str, routing: dict[str, A
     return dict(response.json())
 
 
-def _idle(rows: list[dict[str, Any]]) -> bool:
-    return all(r["healthy"] and not r["stale"] and r["running"] == 0 and r["waiting"] == 0 for r in rows)
+def backend_loads(answer: Any) -> list[BackendLoad]:
+    """The backends of a `GET /gateway/backends` answer (`gateway.app`: `audit.backend_fields` plus
+    `preemptions_total` and `degraded`); KeyError, TypeError or ValueError when it is not one."""
+    return [_load(row) for row in answer["backends"]]
+
+
+def _load(row: dict[str, Any]) -> BackendLoad:
+    kv, age = row.get("kv_usage"), row.get("scrape_age_s")
+    return BackendLoad(
+        str(row["name"]),
+        kv_usage=None if kv is None else float(kv),
+        running=int(row["running"]),
+        waiting=int(row["waiting"]),
+        preemptions=float(row.get("preemptions_total") or 0),
+        scrape_age_s=math.inf if age is None else float(age),
+        stale=bool(row["stale"]),
+        healthy=bool(row["healthy"]),
+        degraded=bool(row.get("degraded", False)),
+    )
+
+
+def _idle(loads: list[BackendLoad]) -> bool:
+    return all(b.healthy and not b.stale and b.running == 0 and b.waiting == 0 for b in loads)
 
 
 async def wait_idle(
@@ -154,55 +178,42 @@ async def wait_idle(
     """Until every backend is healthy, fresh and idle (nothing running or waiting), seen twice
     `settle_s` apart; InputError after `timeout_s` (naming the busy backends)."""
     deadline = time.monotonic() + timeout_s
-    rows: list[dict[str, Any]] = []
+    loads: list[BackendLoad] = []
     calm = 0
     while True:
-        rows = (await client.get(f"{url}/gateway/backends")).json()["backends"]
-        calm = calm + 1 if _idle(rows) else 0
+        loads = backend_loads((await client.get(f"{url}/gateway/backends")).json())
+        calm = calm + 1 if _idle(loads) else 0
         if calm >= 2:
             return
         if time.monotonic() > deadline:
             busy = ", ".join(
-                f"{r['name']} (running {r['running']}, waiting {r['waiting']}, healthy {r['healthy']})"
-                for r in rows
-                if not _idle([r])
+                f"{b.name} (running {b.running}, waiting {b.waiting}, healthy {b.healthy})"
+                for b in loads
+                if not _idle([b])
             )
             raise InputError(f"--endpoint {url}: backends not idle after {timeout_s:.0f} s: {busy}")
         await asyncio.sleep(settle_s if calm else 0.1)
 
 
 class BackendPoller:
-    """Reads `/gateway/backends` every `interval_s` until cancelled; `rows` grows as it goes.
-
-    `perf_s` is `time.perf_counter()` when the answer came: the caller turns it into run time."""
+    """Reads `/gateway/backends` every `interval_s` until cancelled; `readings` grows as it goes: each
+    backend with a fresh reading, with `time.perf_counter()` when the answer came (the caller turns it
+    into run time). Stale readings and backends never read are skipped."""
 
     def __init__(self, client: httpx.AsyncClient, url: str, interval_s: float = 0.1) -> None:
         self.client = client
         self.url = url
         self.interval_s = interval_s
-        self.rows: list[dict[str, Any]] = []
+        self.readings: list[tuple[float, BackendLoad]] = []
         self.errors = 0
 
     async def run(self) -> None:
         while True:
             try:
-                answer = (await self.client.get(f"{self.url}/gateway/backends")).json()["backends"]
-            except (httpx.HTTPError, ValueError, KeyError) as exc:
+                loads = backend_loads((await self.client.get(f"{self.url}/gateway/backends")).json())
+            except (httpx.HTTPError, ValueError, KeyError, TypeError):
                 self.errors += 1
-                del exc
             else:
                 now = time.perf_counter()
-                for row in answer:
-                    if row.get("kv_usage") is None or row.get("stale"):
-                        continue
-                    self.rows.append(
-                        {
-                            "engine": row["name"],
-                            "perf_s": now,
-                            "kv_usage": float(row["kv_usage"]),
-                            "running": int(row["running"]),
-                            "waiting": int(row["waiting"]),
-                            "preemptions_total": int(row.get("preemptions_total") or 0),
-                        }
-                    )
+                self.readings.extend((now, b) for b in loads if b.kv_usage is not None and not b.stale)
             await asyncio.sleep(self.interval_s)

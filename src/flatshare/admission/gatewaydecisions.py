@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flatshare.admission.cluster import DecisionRecord
-from flatshare.replay.records import ReplayRecord
+from flatshare.runfiles.records import ReplayRecord
 
 
 def decisions_from(

@@ -22,8 +22,8 @@ from flatshare.admission.gatewaydecisions import decisions_from
 from flatshare.aiotasks import cancel
 from flatshare.replay.endpoints import Endpoint
 from flatshare.replay.ledger import Ledger
-from flatshare.replay.records import ReplayRecord
 from flatshare.replay.wallclock import WallClockOptions, run_wallclock
+from flatshare.runfiles.records import ReplayRecord
 from flatshare.workloads.model import Workload
 
 
@@ -71,10 +71,16 @@ async def replay_through(
         await cancel(polling)
     t0 = ledger.clock.t0
     samples = [
-        {"engine": r["engine"], "t": round(r["perf_s"] - t0, 6)}
-        | {k: v for k, v in r.items() if k not in ("engine", "perf_s")}
-        for r in poller.rows
-        if r["perf_s"] >= t0
+        {
+            "engine": load.name,
+            "t": round(perf_s - t0, 6),
+            "kv_usage": load.kv_usage,
+            "running": load.running,
+            "waiting": load.waiting,
+            "preemptions_total": int(load.preemptions),
+        }
+        for perf_s, load in poller.readings
+        if perf_s >= t0
     ]
     records = ledger.sorted_records()
     return WallRun(

@@ -17,7 +17,7 @@ import numpy as np
 from flatshare.admission.plan import SHORT_MAX_TOKENS
 from flatshare.admission.results import Slowdown
 from flatshare.admission.runs import SavedRun
-from flatshare.replay.records import ReplayRecord
+from flatshare.runfiles.records import ReplayRecord
 
 FAILED_TTFT_S = 30.0
 

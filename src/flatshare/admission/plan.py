@@ -12,9 +12,10 @@ import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flatshare.gateway.policies import POLICY_NAMES, PREFER_NAMES
-from flatshare.gateway.routing import Thresholds
 from flatshare.lab.executors import default_workers
+from flatshare.policy.classes import DEFAULT_PRIORITY
+from flatshare.policy.policies import POLICY_NAMES, PREFER_NAMES
+from flatshare.policy.routing import Thresholds
 from flatshare.sim.config import EngineConfig
 
 PROFILE = "llama3-8b-a100-80gb"
@@ -25,7 +26,7 @@ MAKE_ROOM = {"enabled": True, "window_tokens": 48, "protect_priority": 1}
 SAGE = {"enabled": True, "cap_at_max_tokens": False}
 """sage settings when a condition turns it on (docs/baselines-engine.md): its defaults, less the cap at
 `max_tokens`, which in a replay is the realized length (an oracle); the length comes from the predictor."""
-LONG_PRIORITY, SHORT_PRIORITY = 10, 1
+LONG_PRIORITY, SHORT_PRIORITY = DEFAULT_PRIORITY["long"], DEFAULT_PRIORITY["short"]
 SYNTHETIC_THRESHOLDS = Thresholds(kv_usage=0.0, input_tokens=8192)
 """Set by hand for the synthetic case: a request is long above 8,192 input tokens (Llama-3-8B's own context),
 and an engine is under pressure when it holds any KV at all (ten shorts hold under 1.2% of an A100-80GB's

@@ -22,7 +22,7 @@ from flatshare.admission.runs import SavedRun, load_runs
 from flatshare.admission.summary import summarize
 from flatshare.errors import InputError
 from flatshare.lab.compare import RESAMPLES
-from flatshare.lab.rundir import read_json
+from flatshare.runfiles.files import read_json
 
 
 def _p_cell(p: float | None, method: str | None) -> str:

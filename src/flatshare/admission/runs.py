@@ -2,7 +2,7 @@
 
 Layout under an experiment folder: `experiment.json` (`{"kind": "admission", ...}`, the plan) and
 `runs/<workload>/<condition>/s<seed>/` holding
-- `requests.jsonl`: replay records (`flatshare.replay.records`; `engine` names the engine that served it);
+- `requests.jsonl`: replay records (`flatshare.runfiles.records`; `engine` names the engine that served it);
 - `samples.jsonl`: engine samples (`t`, `kv_usage`, `running`, `waiting`, ...) with an `engine` field;
 - `occupancy.jsonl`: per-engine KV holdings per request over time (`cluster.OccupancyRecorder`);
 - `decisions.jsonl`: routing decisions with the snapshots they saw (`cluster.DecisionRecord`);
@@ -29,10 +29,14 @@ from typing import Any
 
 from flatshare.admission.cluster import ClusterRun, DecisionRecord
 from flatshare.errors import InputError
-from flatshare.lab.rundir import atomic_folder, read_json, read_jsonl, write_json, write_jsonl
-from flatshare.replay.records import ReplayRecord, read_records, write_records
+from flatshare.runfiles.files import atomic_folder, read_json, write_json
+from flatshare.runfiles.records import ReplayRecord
+from flatshare.runfiles.run import load_run as load_files
+from flatshare.runfiles.run import write_run
+from flatshare.runfiles.samples import sample_rows
 
 MARKER = "experiment.json"
+OCCUPANCY, DECISIONS = "occupancy.jsonl", "decisions.jsonl"
 
 
 @dataclass(frozen=True)
@@ -52,26 +56,13 @@ def run_dir(root: Path, workload: str, condition: str, seed: int) -> Path:
 
 
 def save_run(target: Path, cluster: ClusterRun, facts: dict[str, Any]) -> None:
-    """Write one run's raw data and facts, atomically (`flatshare.lab.rundir.atomic_folder`); engine
-    totals are added to `facts`."""
+    """Write one run's raw data and facts, atomically (`flatshare.runfiles.files.atomic_folder`); the
+    engines' totals (`VirtualRun.totals`) and the run's wall time are added to `facts`."""
     run = cluster.run
-    counters: dict[str, int] = {}
-    for engine in run.engines:
-        for key, value in engine.result().scheduler_counters.items():
-            counters[key] = counters.get(key, 0) + int(value)
-    facts = facts | {
-        "preemptions": sum(e.preemptions for e in run.engines),
-        "steps": sum(e.steps for e in run.engines),
-        "virtual_s": max(e.now for e in run.engines),
-        "scheduler_counters": counters,
-        "wall_s": cluster.wall_s,
-    }
+    facts = facts | run.totals() | {"wall_s": cluster.wall_s}
+    tables = {OCCUPANCY: cluster.occupancy, DECISIONS: (d.to_json() for d in cluster.decisions)}
     with atomic_folder(target) as folder:
-        write_records(folder / "requests.jsonl", run.records)
-        write_jsonl(folder / "samples.jsonl", ({"engine": e, **s.to_json()} for e, s in run.samples))
-        write_jsonl(folder / "occupancy.jsonl", cluster.occupancy)
-        write_jsonl(folder / "decisions.jsonl", (d.to_json() for d in cluster.decisions))
-        write_json(folder / "run.json", facts)
+        write_run(folder, run.records, sample_rows(run.samples), facts, tables=tables)
 
 
 def save_wallclock_run(
@@ -82,12 +73,9 @@ def save_wallclock_run(
     facts: dict[str, Any],
 ) -> None:
     """Write one wall-clock run (against a gateway) in the same layout, atomically; no occupancy data."""
+    tables = {OCCUPANCY: [], DECISIONS: (d.to_json() for d in decisions)}
     with atomic_folder(target) as folder:
-        write_records(folder / "requests.jsonl", records)
-        write_jsonl(folder / "samples.jsonl", samples)
-        write_jsonl(folder / "occupancy.jsonl", [])
-        write_jsonl(folder / "decisions.jsonl", (d.to_json() for d in decisions))
-        write_json(folder / "run.json", facts)
+        write_run(folder, records, samples, facts, tables=tables)
 
 
 _NUMBER = (int, float)
@@ -126,16 +114,16 @@ def check_facts(facts: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def load_run(folder: Path) -> SavedRun:
-    facts = check_facts(read_json(folder / "run.json"), str(folder / "run.json"))
+    run = load_files(folder, check_facts=check_facts, tables=(OCCUPANCY, DECISIONS))
     return SavedRun(
-        workload=facts["workload"],
-        condition=facts["condition"]["key"],
-        seed=int(facts["seed"]),
-        records=read_records(folder / "requests.jsonl"),
-        samples=read_jsonl(folder / "samples.jsonl"),
-        occupancy=read_jsonl(folder / "occupancy.jsonl"),
-        decisions=[DecisionRecord.from_json(d) for d in read_jsonl(folder / "decisions.jsonl")],
-        facts=facts,
+        workload=run.facts["workload"],
+        condition=run.facts["condition"]["key"],
+        seed=int(run.facts["seed"]),
+        records=run.records,
+        samples=run.samples,
+        occupancy=run.tables[OCCUPANCY],
+        decisions=[DecisionRecord.from_json(d) for d in run.tables[DECISIONS]],
+        facts=run.facts,
     )
 
 

@@ -27,8 +27,8 @@ from flatshare.admission.plan import (
     SyntheticPlan,
 )
 from flatshare.admission.runs import run_dir, save_run
-from flatshare.gateway.policies import make_policy
-from flatshare.gateway.routing import Thresholds
+from flatshare.policy.policies import make_policy
+from flatshare.policy.routing import Thresholds
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.profile import load_profile
 from flatshare.workloads.model import Session, Workload, WorkloadRequest

@@ -26,9 +26,9 @@ from flatshare.admission.plan import (
 )
 from flatshare.admission.runs import SavedRun, load_run, run_dir, save_run
 from flatshare.admission.synthetic import condition_facts, engine_config, thresholds_json
-from flatshare.gateway.calibrate import Calibration, CalibrationSample, calibrate_thresholds
-from flatshare.gateway.policies import make_policy
-from flatshare.gateway.routing import Thresholds
+from flatshare.policy.calibrate import Calibration, CalibrationSample, calibrate_thresholds
+from flatshare.policy.policies import make_policy
+from flatshare.policy.routing import Thresholds
 from flatshare.sim.profile import load_profile
 from flatshare.workloads.model import Session, Workload
 from flatshare.workloads.spec import parse_spec

@@ -1,5 +1,5 @@
 """`flatshare records upgrade IN OUT`: an old request record file (either kind of version 1) to the
-current format (`flatshare.replay.upgrade`; the format: docs/records.md)."""
+current format (`flatshare.runfiles.upgrade`; the format: docs/records.md)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ def upgrade(
     target: Annotated[Path, typer.Argument(metavar="OUT", help="Where to write the upgraded file (not IN).")],
 ) -> None:
     """Rewrite a record file of version 1 (`flatshare sim`'s or the replay's) in the current format."""
-    from flatshare.replay.records import RECORD_VERSION
-    from flatshare.replay.upgrade import upgrade_file
+    from flatshare.runfiles.records import RECORD_VERSION
+    from flatshare.runfiles.upgrade import upgrade_file
 
     try:
         kinds = upgrade_file(source, target)

@@ -45,7 +45,7 @@ def serve_sim(
     engine: EngineOptions,
 ) -> None:
     """The simulated engine behind a real OpenAI-compatible server (wall-clock time, vLLM's /metrics)."""
-    from flatshare.sim.command import serve_sim_command
+    from flatshare.serve.command import serve_sim_command
 
     try:
         serve_sim_command(port, host, model_name, speed, engine, seed, access_log)

@@ -26,7 +26,7 @@ SENTENCE_END_TOKEN = 31999  # `flatshare.sim.engine.SENTENCE_END_TOKEN` (that mo
 
 if TYPE_CHECKING:
     from flatshare.colocation.servers import RealEngine
-    from flatshare.gateway.baselines import Gate
+    from flatshare.policy.gates import Gate
     from flatshare.sim.engine import SimEngine
     from flatshare.workloads.model import Workload
 
@@ -38,7 +38,7 @@ class Condition:
     """One way of serving the same requests: the engine's scheduler (`scheduler`: an alias of
     `flatshare.sim.config.SCHEDULER_ALIASES`; `additional_config`: vLLM's --additional-config, where
     flatshare's schedulers read their settings), and optionally a gateway-side baseline in front of it
-    (`gate`: a name of `flatshare.gateway.baselines.BASELINE_NAMES`, with `gate_settings`)."""
+    (`gate`: a name of `flatshare.policy.gates.BASELINE_NAMES`, with `gate_settings`)."""
 
     key: str
     scheduler: str = "vllm"
@@ -280,7 +280,7 @@ def build_run(
     """What one (condition, callers, seed) runs: its workload (`build_workload`), a fresh simulated engine
     (warmed with the voice agent's system prompt under `setup.voice_warmup`, the same in every condition:
     taken from the shared workload), the gateway-side gate or None, and the workload's spec. Imports vLLM."""
-    from flatshare.gateway.baselines import make_gate
+    from flatshare.policy.gates import make_gate
     from flatshare.sim.engine import SimEngine
     from flatshare.sim.profile import load_profile
 
@@ -299,8 +299,8 @@ def build_run(
 
 def warmup_requests(workload: Workload) -> list[Any]:
     """One `max_tokens` 1 request per shared prefix of the workload's voice turns (`protected_prefixes`)."""
+    from flatshare.policy.classes import DEFAULT_PRIORITY
     from flatshare.sim.requests import SimRequest
-    from flatshare.workloads.model import DEFAULT_PRIORITY
     from flatshare.workloads.warmup import protected_prefixes
 
     prefixes = protected_prefixes(workload, DEFAULT_PRIORITY["voice"])

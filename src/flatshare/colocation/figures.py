@@ -14,7 +14,7 @@ import numpy as np
 from flatshare.colocation.readme_tables import PER_CALLER_CONDITIONS
 from flatshare.colocation.results import ColocationSummary, ConditionResult
 from flatshare.colocation.runs import SavedRun
-from flatshare.colocation.voice import VoicePipeline
+from flatshare.listen.voice import VoicePipeline
 from flatshare.safeout import save_figure
 from flatshare.sim.waits import WAIT_PARTS
 

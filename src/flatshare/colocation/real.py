@@ -29,10 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from flatshare.colocation.runs import run_dir
+from flatshare.colocation.runs import FACTS, run_dir
 from flatshare.colocation.servers import SERVED_NAME, RealEngine, serve_spec
-from flatshare.lab.rundir import atomic_folder, json_text, write_jsonl
-from flatshare.replay.records import write_records
+from flatshare.policy.classes import AGENT_PRIORITY, VOICE_PRIORITY
+from flatshare.runfiles.files import atomic_folder
+from flatshare.runfiles.run import write_run
+from flatshare.runfiles.samples import sample_rows
 
 if TYPE_CHECKING:
     from flatshare.colocation.experiment import ColocationPlan, Condition
@@ -102,7 +104,7 @@ async def warm_up(url: str, n: int) -> None:
                 "model": SERVED_NAME,
                 "prompt": WARMUP_PROMPT,
                 "max_tokens": 4,
-                "priority": 0 if k % 2 == 0 else 10,
+                "priority": VOICE_PRIORITY if k % 2 == 0 else AGENT_PRIORITY,
                 "ignore_eos": True,
             }
             response = await client.post(f"{url}/v1/completions", json=body)
@@ -158,9 +160,7 @@ def run_real_one(
             "replay_stats": ledger.stats.to_json(),
         }
         with atomic_folder(folder) as tmp:
-            write_records(tmp / "requests.jsonl", ledger.sorted_records())
-            write_jsonl(tmp / "samples.jsonl", ({"engine": e, **s.to_json()} for e, s in ledger.samples))
-            (tmp / "engine.json").write_text(json_text(facts))
+            write_run(tmp, ledger.sorted_records(), sample_rows(ledger.samples), facts, facts_file=FACTS)
             shutil.copyfile(server.log_path, tmp / "server.log")
     finally:
         server.stop()
@@ -170,12 +170,11 @@ def run_real_one(
 
 async def _last_preemptions(url: str) -> int:
     """vLLM's preemption counter once the run is over (0 when /metrics does not answer)."""
-    from flatshare.replay.sampler import parse_metrics, to_sample
+    from flatshare.replay.sampler import read_sample
 
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as client:
             response = await client.get(f"{url}/metrics")
-            sample = to_sample(parse_metrics(response.text), 0.0)
+            return read_sample(response.text, 0.0).preemptions_total
     except (httpx.HTTPError, ValueError):
         return 0
-    return 0 if sample is None else sample.preemptions_total

@@ -17,7 +17,7 @@ from flatshare.colocation.seed_markdown import seed_counts_line, seed_table_line
 from flatshare.colocation.seed_table import SEED_BASELINES
 from flatshare.colocation.setup import unstated_lines
 from flatshare.colocation.summary import BASELINE, summarize
-from flatshare.colocation.voice import VoicePipeline
+from flatshare.listen.voice import VoicePipeline
 from flatshare.sim.waits import WAIT_PARTS
 
 GOAL_OVER_TARGET = 0.02

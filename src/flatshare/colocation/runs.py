@@ -1,7 +1,7 @@
 """Saved runs: one folder per (condition, callers, seed) with records, samples and engine facts.
 
 Layout under an experiment folder: `runs/<condition>/c<callers>/s<seed>/` holding `requests.jsonl`
-(replay records, see `flatshare.replay.records`), `samples.jsonl` (engine samples with an `engine` field)
+(replay records, see `flatshare.runfiles.records`), `samples.jsonl` (engine samples with an `engine` field)
 and `engine.json` (engine settings, preemptions, steps, virtual seconds, scheduler counters, duration, and
 the gateway-side baseline's counters `gate_counters` when the condition has one).
 Analysis reads only these files.
@@ -12,14 +12,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flatshare.errors import InputError
-from flatshare.lab.rundir import atomic_folder, json_text, read_json, write_jsonl
-from flatshare.replay.records import MAX_TIME_S, ReplayRecord, read_records, write_records
-from flatshare.replay.rundir import read_sample_rows
-from flatshare.replay.virtual import VirtualRun
-from flatshare.sim.records import EngineSample
+from flatshare.runfiles.files import atomic_folder
+from flatshare.runfiles.records import MAX_TIME_S, ReplayRecord
+from flatshare.runfiles.run import load_run, write_run
+from flatshare.runfiles.samples import read_sample_rows, sample_rows
+
+if TYPE_CHECKING:
+    from flatshare.replay.virtual import VirtualRun
+
+FACTS = "engine.json"
 
 
 @dataclass(frozen=True)
@@ -37,29 +41,13 @@ def run_dir(root: Path, condition: str, callers: int, seed: int) -> Path:
 
 
 def save_run(target: Path, run: VirtualRun, facts: dict[str, Any]) -> None:
-    """Write one run's folder atomically (`flatshare.lab.rundir.atomic_folder`); engine totals are added
-    to `facts`."""
-    engines = run.engines
-    facts = facts | {
-        "preemptions": sum(e.preemptions for e in engines),
-        "steps": sum(e.steps for e in engines),
-        "virtual_s": max(e.now for e in engines),
-        "scheduler_counters": _sum_counters([e.result().scheduler_counters for e in engines]),
-    }
+    """Write one run's folder atomically (`flatshare.runfiles.files.atomic_folder`); the engines' totals
+    (`VirtualRun.totals`) and the gate's counters are added to `facts`."""
+    facts = facts | run.totals()
     if run.gate_counters:
         facts["gate_counters"] = run.gate_counters
     with atomic_folder(target) as folder:
-        write_records(folder / "requests.jsonl", run.records)
-        write_jsonl(folder / "samples.jsonl", ({"engine": e, **s.to_json()} for e, s in run.samples))
-        (folder / "engine.json").write_text(json_text(facts))
-
-
-def _sum_counters(counters: list[dict[str, Any]]) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for one in counters:
-        for key, value in one.items():
-            total[key] = total.get(key, 0) + int(value)
-    return total
+        write_run(folder, run.records, sample_rows(run.samples), facts, facts_file=FACTS)
 
 
 _CALLERS, _SEED = re.compile(r"c([0-9]{1,6})"), re.compile(r"s([0-9]{1,9})")
@@ -68,17 +56,17 @@ _COUNTERS = ("scheduler_counters", "gate_counters")
 
 def load_runs(root: Path) -> list[SavedRun]:
     """Every saved run under `root/runs`, in a stable order; every file is checked as it is read (bounded,
-    typed: `check_facts`, `flatshare.replay.rundir.sample_from_row`, the record schema), so a malformed
+    typed: `check_facts`, the record schema, `flatshare.runfiles.samples.sample_from_row`), so a malformed
     folder is an InputError naming the file (and line), before anything is written."""
     out = []
     for folder in sorted((root / "runs").glob("*/c*/s*")):
         callers, seed = _CALLERS.fullmatch(folder.parts[-2]), _SEED.fullmatch(folder.parts[-1])
         if callers is None or seed is None:
             raise InputError(f"{folder}: not a run folder's name (runs/<condition>/c<callers>/s<seed>)")
-        rows = read_sample_rows(folder / "samples.jsonl")
-        engine = check_facts(read_json(folder / "engine.json"), str(folder / "engine.json"))
-        records = read_records(folder / "requests.jsonl")
-        out.append(SavedRun(folder.parts[-3], int(callers[1]), int(seed[1]), records, rows, engine))
+        run = load_run(folder, facts_file=FACTS, check_facts=check_facts, read_samples=read_sample_rows)
+        out.append(
+            SavedRun(folder.parts[-3], int(callers[1]), int(seed[1]), run.records, run.samples, run.facts)
+        )
     return out
 
 
@@ -100,7 +88,3 @@ def check_facts(facts: dict[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(facts.get("engine_config", {}), dict):
         raise InputError(f"{where}: engine_config must be a table")
     return facts
-
-
-def sample_from_json(data: dict[str, Any]) -> EngineSample:
-    return EngineSample(**{k: v for k, v in data.items() if k != "engine"})

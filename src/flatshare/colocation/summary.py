@@ -15,7 +15,7 @@ inside the run's duration per second, mean over seeds), `agent_throughput_ratio`
 `agent_throughput_ratio_alone` (to `agents-alone`), `agent_ttft_p95_s`, `agent_ttft_max_s`,
 `preemptions` (mean per run), `make_room` (make-room's counters, mean per run), `baseline_counters` (a
 baseline's counters, mean per run: an engine-side baseline scheduler's and a gateway-side baseline's,
-`flatshare.gateway.baselines`; empty for stock vLLM), `per_seed_voice_p95_s`,
+`flatshare.policy.gates`; empty for stock vLLM), `per_seed_voice_p95_s`,
 `paired_vs_vllm_priority` (`mean_difference_s`, `t`, `p_value`, `n`), `nth_token_median_s` and
 `nth_token_p95_s` (median and p95 time from send to the n-th output token, n = 1..40, over replies at
 least n long), `seed_comparison` (the first seed's table beside these figures, `flatshare.colocation.seed_table`:
@@ -30,7 +30,7 @@ experiment folder holds its runs under `spread/`, else null),
 `flatshare.colocation.setup.Setup`, when they share one; else null. `engine`: what the runs ran on, when
 they share it (`kind` `sim` with its `profile`, or `vllm` with `model`, `device`, `hardware`,
 `vllm_version` and `notes`; and `scale`); absent for runs that predate it. Without `alone` runs there is no
-target: `target_s` and the shares over it are null. Voice turns count a failed or refused turn as 30 s (see `flatshare.colocation.voice`).
+target: `target_s` and the shares over it are null. Voice turns count a failed or refused turn as 30 s (see `flatshare.listen.voice`).
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ from flatshare import jsonin
 from flatshare.colocation.results import CallerResult, ColocationSummary, ConditionResult, PairedComparison
 from flatshare.colocation.runs import SavedRun
 from flatshare.colocation.seed_table import seed_comparison, spreads_over
-from flatshare.colocation.voice import VoicePipeline, turn_stages
 from flatshare.errors import InputError
 from flatshare.lab.stats import bootstrap_ci, cluster_bootstrap_ci, paired_ttest, percentile
+from flatshare.listen.voice import VoicePipeline, turn_stages
 from flatshare.sim.waits import WAIT_PARTS
 
 SUMMARY_VERSION = 2

@@ -28,7 +28,7 @@ from flatshare.fidelity.profile_file import build_profile, write_profile
 from flatshare.fidelity.report import FidelityResult, write_report
 from flatshare.fidelity.runs import read_run, run_real, run_sim
 from flatshare.fidelity.settings import PROBE_VOCAB_SIZE, EngineSettings
-from flatshare.replay.rundir import prepare
+from flatshare.runfiles.files import prepare
 from flatshare.sim.config import DEFAULT_ENGINE
 from flatshare.sim.profile import StepTimeProfile
 

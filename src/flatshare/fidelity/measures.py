@@ -1,6 +1,6 @@
 """What one run measured, per request class: the quantities a fidelity report puts side by side.
 
-From a run's records (`flatshare.replay.records`) and engine samples, for each class (`voice`,
+From a run's records (`flatshare.runfiles.records`) and engine samples, for each class (`voice`,
 `agent`, ...) and for `all`:
 - `ttft` (first token - send), `e2e` (last token - send), per request;
 - `gap`: every gap between consecutive tokens of a request, pooled over the class's requests;
@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from flatshare.replay.records import ReplayRecord
-from flatshare.sim.records import EngineSample
+from flatshare.runfiles.records import ReplayRecord
+from flatshare.runfiles.samples import EngineSample
 
 QUANTITIES = ("ttft", "gap", "tpot", "e2e")
 PERCENTILES = (50, 95)

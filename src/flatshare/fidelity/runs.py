@@ -29,8 +29,9 @@ from flatshare import httpclient
 from flatshare.fidelity.measures import RunMetrics, run_metrics
 from flatshare.fidelity.probes import ServerInfo, histogram, metric, scrape, stream_completion, unique_prompt
 from flatshare.replay.command import load_workload, replay_command
-from flatshare.replay.records import ReplayRecord, read_records
-from flatshare.replay.rundir import REQUESTS, RUN, SAMPLES, read_samples, write_run
+from flatshare.runfiles.records import ReplayRecord, read_records
+from flatshare.runfiles.run import REQUESTS, RUN, SAMPLES, write_replay_run
+from flatshare.runfiles.samples import read_samples
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.profile import StepTimeProfile
 
@@ -134,11 +135,11 @@ def run_sim(
         "engines": 1,
         "virtual_s": round(engine.now, 6),
     }
-    write_run(folder, result.records, result.samples, meta)
+    write_replay_run(folder, result.records, result.samples, meta)
     extra = {
         "preemptions": engine.preemptions,
         "server_means": {},
-        "counters": result.engines[0].result().scheduler_counters,
+        "counters": result.scheduler_counters,
     }
     (folder / EXTRA).write_text(json.dumps(extra, indent=2))
     return read_run(name, folder)

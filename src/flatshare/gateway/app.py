@@ -32,8 +32,6 @@ from flatshare.gateway.access import Access, Reader
 from flatshare.gateway.admin import RoutingRoutes
 from flatshare.gateway.audit import AuditLog, backend_fields
 from flatshare.gateway.backends import BackendPool
-from flatshare.gateway.baselines import make_gate
-from flatshare.gateway.baselines.sessions import SessionLimits
 from flatshare.gateway.config import GatewayConfig
 from flatshare.gateway.events import EventRoute
 from flatshare.gateway.gating import GateKeeper
@@ -44,7 +42,10 @@ from flatshare.gateway.proxy import Proxy, ProxyParts
 from flatshare.gateway.switch import RoutingConfig, RoutingSwitch
 from flatshare.gateway.telemetry import CONTENT_TYPE, GatewayMetrics
 from flatshare.gateway.tenants import Tenants
-from flatshare.gateway.upstream import auth_headers, make_upstream, resolve_client
+from flatshare.gateway.upstream import auth_headers, resolve_client
+from flatshare.gateway.upstream_make import make_upstream
+from flatshare.policy.gates import make_gate
+from flatshare.policy.gates.sessions import SessionLimits
 
 log = logging.getLogger("flatshare.gateway")
 

@@ -7,7 +7,7 @@ policies without), `backends` (every configured backend at that moment: `name`, 
 `scrape_age_s` (null before any good scrape), `running`, `waiting`, `healthy`, `stale`), `candidates`
 (the names the policy could choose from), `preferred`, `backend` (null when none was left), `reason`,
 `attempt` (1, then 2, 3, ... when a request is re-sent after a backend failed it).
-`flatshare calibrate-thresholds` reads these files back (`calibrate.samples_from_audit`).
+`flatshare calibrate-thresholds` reads these files back (`calibrate_inputs.samples_from_row`).
 """
 
 from __future__ import annotations
@@ -21,15 +21,16 @@ from typing import IO, Any
 
 from flatshare.errors import InputError
 from flatshare.gateway.input_count import TokenCount
-from flatshare.gateway.routing import BackendSnapshot, RoutingDecision, Thresholds
 from flatshare.gateway.tenants import Admission
+from flatshare.policy.load import BackendLoad
+from flatshare.policy.routing import RoutingDecision, Thresholds
 
 
 def _number(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, 4)
 
 
-def backend_fields(snap: BackendSnapshot) -> dict[str, Any]:
+def backend_fields(snap: BackendLoad) -> dict[str, Any]:
     return {
         "name": snap.name,
         "kv_usage": _number(snap.kv_usage),
@@ -50,8 +51,8 @@ def decision_record(
     count: TokenCount,
     policy: str,
     thresholds: Thresholds | None,
-    snapshots: Sequence[BackendSnapshot],
-    candidates: Sequence[BackendSnapshot],
+    snapshots: Sequence[BackendLoad],
+    candidates: Sequence[BackendLoad],
     decision: RoutingDecision | None,
     attempt: int,
 ) -> dict[str, Any]:

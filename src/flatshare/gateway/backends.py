@@ -6,7 +6,7 @@ Health rules (times from a monotonic clock passed in, so tests need no sleeping)
   `unhealthy_after_failures` in a row the backend is unhealthy and gets no new requests until a good
   scrape. A refused connection counts as all of them at once: the server is not there;
 - without a good scrape for `stale_after_s` the backend is stale: still routable, but policies count
-  its KV as full (`routing.BackendSnapshot.pressure`).
+  its KV as full (`routing.BackendLoad.pressure`).
 
 Every flip of health goes to the state's `on_health` hook, whoever recorded it: the poller, or the
 proxy finding the backend gone (a refused connection, a stream cut) before the next poll does.
@@ -23,14 +23,14 @@ did not survive, `watch.py`; the backend is then unhealthy, as nothing will read
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from flatshare.gateway.backendlimits import BackendLimits
 from flatshare.gateway.config import BackendConfig, PollConfig
-from flatshare.gateway.routing import BackendSnapshot
-from flatshare.gateway.scrape import EngineMetrics
+from flatshare.policy.load import BackendLoad
 
 
 @dataclass
@@ -39,7 +39,8 @@ class BackendState:
 
     config: BackendConfig
     poll: PollConfig
-    metrics: EngineMetrics | None = None
+    reading: BackendLoad | None = None
+    """The last good scrape (`flatshare.protocol.prometheus.parse_load`), None before the first."""
     last_good_s: float = -math.inf
     failures: int = 0
     last_error: str = ""
@@ -60,11 +61,11 @@ class BackendState:
 
     @property
     def healthy(self) -> bool:
-        return self.metrics is not None and self.failures < self.poll.unhealthy_after_failures
+        return self.reading is not None and self.failures < self.poll.unhealthy_after_failures
 
-    def record_scrape(self, metrics: EngineMetrics, now_s: float) -> None:
+    def record_scrape(self, reading: BackendLoad, now_s: float) -> None:
         was_healthy = self.healthy
-        self.metrics = metrics
+        self.reading = reading
         self.last_good_s = now_s
         self.failures = 0
         self.last_error = ""
@@ -117,21 +118,18 @@ class BackendState:
     def scrape_age_s(self, now_s: float) -> float:
         return now_s - self.last_good_s
 
-    def snapshot(self, now_s: float) -> BackendSnapshot:
+    def snapshot(self, now_s: float) -> BackendLoad:
+        """The last reading with its age and the gateway's view of the backend now."""
         age = self.scrape_age_s(now_s)
-        metrics = self.metrics
-        if metrics is None:
-            return BackendSnapshot(self.name, scrape_age_s=age, stale=True, healthy=False)
-        return BackendSnapshot(
+        reading = self.reading
+        if reading is None:
+            return BackendLoad(self.name, scrape_age_s=age, stale=True, healthy=False)
+        return dataclasses.replace(
+            reading,
             name=self.name,
-            kv_usage=metrics.kv_usage,
-            running=metrics.running,
-            waiting=metrics.waiting,
-            preemptions=metrics.preemptions,
             scrape_age_s=age,
             stale=age > self.poll.stale_after_s,
             healthy=self.healthy,
-            kv_capacity_tokens=metrics.kv_capacity_tokens,
             degraded=self.degraded(now_s),
         )
 
@@ -177,12 +175,12 @@ class BackendPool:
     def _models_changed(self) -> None:
         self.known_models = frozenset().union(*(state.models for state in self.states))
 
-    def snapshots(self, now_s: float) -> tuple[BackendSnapshot, ...]:
+    def snapshots(self, now_s: float) -> tuple[BackendLoad, ...]:
         return tuple(state.snapshot(now_s) for state in self.states)
 
     def candidates(
-        self, snapshots: tuple[BackendSnapshot, ...], model: str | None, exclude: frozenset[str] = frozenset()
-    ) -> tuple[BackendSnapshot, ...]:
+        self, snapshots: tuple[BackendLoad, ...], model: str | None, exclude: frozenset[str] = frozenset()
+    ) -> tuple[BackendLoad, ...]:
         """The snapshots a policy may choose from: healthy, serving `model` (any when None), not excluded,
         and not degraded unless every such backend is (module docstring)."""
         able = tuple(

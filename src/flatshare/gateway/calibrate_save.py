@@ -27,8 +27,9 @@ from tomlkit.items import InlineTable, Table
 
 from flatshare import jsonin, safeout
 from flatshare.errors import InputError
-from flatshare.gateway.config import GatewayConfig, ThresholdConfig
+from flatshare.gateway.config import GatewayConfig
 from flatshare.gateway.configfile import build, read_mapping
+from flatshare.policy.routing import ThresholdConfig
 
 PASTE_HINT = "run without --config and paste the printed [thresholds] table"
 

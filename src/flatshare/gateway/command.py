@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from flatshare.gateway.calibrate import Calibration
+    from flatshare.policy.calibrate import Calibration
 
 
 def backend_entry(text: str) -> dict[str, str]:
@@ -90,8 +90,9 @@ def calibrate_command(
 ) -> CalibrateSummary:
     """Threshold-rule thresholds from the leading `fraction` of the recorded `runs`, saved into the
     existing `config` file's `[thresholds]` table when given (InputError on bad input)."""
-    from flatshare.gateway.calibrate import calibrate_thresholds, load_samples
+    from flatshare.gateway.calibrate_inputs import load_samples
     from flatshare.gateway.calibrate_save import save_thresholds
+    from flatshare.policy.calibrate import calibrate_thresholds
 
     source = ", ".join(str(p) for p in runs)
     result = calibrate_thresholds(load_samples(list(runs)), fraction, input_percentile, kv_percentile, source)

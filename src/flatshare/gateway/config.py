@@ -13,12 +13,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from flatshare.gateway.backendlimits import BackendLimits
-from flatshare.gateway.baselines import make_settings
 from flatshare.gateway.connections import ClientLimits
 from flatshare.gateway.discovery import DiscoveryConfig
-from flatshare.gateway.policies import check_routing_names
-from flatshare.gateway.routing import Thresholds
 from flatshare.gateway.upstream import UPSTREAM_CLIENTS
+from flatshare.policy.gates import make_settings
+from flatshare.policy.policies import check_routing_names
+from flatshare.policy.routing import ThresholdConfig
 
 TOKEN_SOURCES = ("backend", "local", "estimate")
 _CLASS_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")  # fullmatch: `$` would let a trailing newline in
@@ -86,21 +86,6 @@ class TokenConfig:
             raise ValueError(
                 f"tokens.source local needs tokens.tokenizer_file, a file ({self.tokenizer_file!r})"
             )
-
-
-@dataclass(frozen=True)
-class ThresholdConfig:
-    """The threshold policy's thresholds; `calibrated_from` records what `calibrate` read (else empty)."""
-
-    kv_usage: float = 0.8
-    input_tokens: int = 4096
-    calibrated_from: str = ""
-
-    def __post_init__(self) -> None:
-        self.thresholds()  # validates
-
-    def thresholds(self) -> Thresholds:
-        return Thresholds(self.kv_usage, self.input_tokens)
 
 
 @dataclass(frozen=True)

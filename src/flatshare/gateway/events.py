@@ -16,12 +16,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from flatshare.gateway.admin import ADMIN_BODY_LIMIT, ADMIN_BODY_TIMEOUT_S, authorized
-from flatshare.gateway.baselines.core import GateEvent
 from flatshare.gateway.errors import GatewayError, answered, unauthorized
 from flatshare.gateway.gating import GateKeeper
 from flatshare.gateway.inbound import read_body, read_json
 from flatshare.gateway.telemetry import GatewayMetrics
 from flatshare.gateway.tenants import OPEN_TENANT, session_key
+from flatshare.policy.gates.core import GateEvent
 
 
 class EventRoute:

@@ -1,4 +1,4 @@
-"""The real gateway's edge for a gateway-side baseline (`flatshare.gateway.baselines`): it keeps the
+"""The real gateway's edge for a gateway-side baseline (`flatshare.policy.gates`): it keeps the
 gate's clock and loads, parks each gated request until the gate sends it, and signals aborts.
 
 One `GateKeeper` per gateway, on its event loop (no locks). The gate is polled on every call that can
@@ -17,13 +17,15 @@ whose client disconnects) and reports `aborted`, or, if the chunk came first, `f
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Callable
 
 from flatshare.aiotasks import cancel
 from flatshare.gateway.backends import BackendPool
-from flatshare.gateway.baselines.core import BackendLoad, Gate, GateEvent, GateRequest
+from flatshare.policy.gates.core import Gate, GateEvent, GateRequest
+from flatshare.policy.load import BackendLoad
 
 TICK_S = 0.02
 """Seconds between polls with nothing else happening (wake-ups and new scrapes are seen this late)."""
@@ -123,12 +125,9 @@ class GateKeeper:
     def _loads(self, now: float) -> dict[str, BackendLoad]:
         loads = {}
         for state in self.pool.states:
-            snap = state.snapshot(now)
             sent = self._sent[state.name]
             sent[:] = [t for t in sent if t > state.last_good_s]
-            loads[state.name] = BackendLoad(
-                state.name, snap.kv_usage, snap.waiting, snap.running, snap.scrape_age_s, len(sent)
-            )
+            loads[state.name] = dataclasses.replace(state.snapshot(now), unseen=len(sent))
         return loads
 
     def held(self) -> int:

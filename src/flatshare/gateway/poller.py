@@ -2,7 +2,7 @@
 by `poll.timeout_s`), and GET /v1/models when the backend comes (back) up and every `MODELS_EVERY` polls.
 
 A poll is good when both answer 200 and the metrics page has vLLM's KV-use gauge, every value the
-router reads finite (`scrape.py`). Ticks are at fixed times (`start + k * interval`); a poll that
+router reads finite (`flatshare.protocol.prometheus.parse_load`). Ticks are at fixed times (`start + k * interval`); a poll that
 overruns skips the ticks it missed instead of bunching up. Results go into the backend's `BackendState`
 (health rules there). The poller owns the state's health hook: every flip is logged (a warning when the
 backend turns unhealthy) and passed to `on_health`, also when the proxy recorded the failure that caused it.
@@ -29,11 +29,12 @@ from flatshare import jsonin
 from flatshare.aiotasks import cancel
 from flatshare.gateway.backendlimits import PARSE_INLINE_BYTES
 from flatshare.gateway.backends import BackendState
-from flatshare.gateway.scrape import EngineMetrics, parse_metrics
 from flatshare.gateway.upstream import Upstream, UpstreamError
 from flatshare.gateway.watch import TaskWatch
+from flatshare.policy.load import BackendLoad
 from flatshare.protocol.models import PATH as MODELS_PATH
 from flatshare.protocol.models import model_cards
+from flatshare.protocol.prometheus import parse_load
 
 log = logging.getLogger(__name__)
 MODELS_EVERY = 100
@@ -97,7 +98,7 @@ class Poller:
         self.watch.ok(self.task_name)
         return True
 
-    async def _read(self) -> EngineMetrics:
+    async def _read(self) -> BackendLoad:
         state, url = self.state, self.state.config.url
         was_healthy = state.healthy
         timeout, limit = state.poll.timeout_s, state.limits.max_metrics_bytes
@@ -108,9 +109,9 @@ class Poller:
         body = _body(page, "/metrics")
         _body(health, "/health")
         if len(body) > PARSE_INLINE_BYTES:
-            metrics = await asyncio.to_thread(_parse, body)
+            metrics = await asyncio.to_thread(_parse, body, state.name)
         else:
-            metrics = _parse(body)
+            metrics = _parse(body, state.name)
         self._since_models += 1
         if not was_healthy or not state.models or self._since_models >= MODELS_EVERY:
             await self._fetch_models()
@@ -173,8 +174,8 @@ class Poller:
         self.state.poller = "stopped"
 
 
-def _parse(body: bytes) -> EngineMetrics:
-    return parse_metrics(body.decode())
+def _parse(body: bytes, name: str) -> BackendLoad:
+    return parse_load(body.decode(), name)
 
 
 def _body(answer: tuple[int, bytes], what: str) -> bytes:

@@ -41,19 +41,19 @@ from starlette.types import Message, Receive, Scope, Send
 from flatshare.aiotasks import cancel
 from flatshare.gateway.audit import AuditLog, decision_record
 from flatshare.gateway.backends import BackendPool, BackendState
-from flatshare.gateway.baselines.core import GateRequest
 from flatshare.gateway.config import GatewayConfig
 from flatshare.gateway.errors import GatewayError
 from flatshare.gateway.gating import GateKeeper
 from flatshare.gateway.inbound import ClientGone, Inbound, ascii_count, parse_inbound, read_body
 from flatshare.gateway.input_count import TokenCount, TokenCounter
 from flatshare.gateway.relay import response_headers, send_stream, send_whole
-from flatshare.gateway.routing import RequestFeatures, RoutingDecision
 from flatshare.gateway.sse import DONE, EventFramer, EventTooLarge, token_events
 from flatshare.gateway.switch import RoutingSwitch
 from flatshare.gateway.telemetry import NO_BACKEND, GatewayMetrics
 from flatshare.gateway.tenants import Admission, Tenants
 from flatshare.gateway.upstream import FirstByteTimeout, Upstream, UpstreamError, UpstreamResponse
+from flatshare.policy.gates.core import GateRequest
+from flatshare.policy.routing import RequestFeatures, RoutingDecision
 
 log = logging.getLogger("flatshare.gateway")
 RETRY_STATUSES = frozenset({500, 502, 503, 504})

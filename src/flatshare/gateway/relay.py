@@ -19,10 +19,10 @@ from starlette.types import Send
 
 from flatshare.gateway.backends import BackendState
 from flatshare.gateway.errors import GatewayError
-from flatshare.gateway.routing import RoutingDecision
 from flatshare.gateway.sse import DONE, EventFramer, EventTooLarge
 from flatshare.gateway.telemetry import GatewayMetrics
 from flatshare.gateway.upstream import UpstreamError, UpstreamResponse
+from flatshare.policy.routing import RoutingDecision
 
 _DROP_HEADERS = frozenset(
     {"content-length", "transfer-encoding", "connection", "keep-alive", "date", "server"}

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from flatshare.errors import InputError
-from flatshare.gateway.config import GatewayConfig, ThresholdConfig
+from flatshare.gateway.config import GatewayConfig
 from flatshare.gateway.configfile import build
-from flatshare.gateway.policies import Policy, check_routing_names, make_policy
-from flatshare.gateway.routing import Thresholds
+from flatshare.policy.policies import Policy, check_routing_names, make_policy
+from flatshare.policy.routing import ThresholdConfig, Thresholds
 
 CHANGE_KEYS = ("policy", "prefer", "thresholds")
 THRESHOLD_KEYS = ("kv_usage", "input_tokens", "calibrated_from")

@@ -35,8 +35,8 @@ from prometheus_client.registry import Collector
 
 from flatshare.gateway.backends import BackendPool
 from flatshare.gateway.errors import ERROR_KINDS
-from flatshare.gateway.policies import REASONS
-from flatshare.gateway.routing import Thresholds
+from flatshare.policy.policies import REASONS
+from flatshare.policy.routing import Thresholds
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TOKEN_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)

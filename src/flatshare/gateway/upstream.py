@@ -1,10 +1,12 @@
 """The HTTP client the gateway talks to backends with (proxied requests, polls, /tokenize), behind one
 small interface.
 
-Two implementations, chosen by the config key `upstream_client`:
+This module is the interface (`Upstream`, `UpstreamResponse`, the errors) and the choice
+(`resolve_client`); `upstream_make.make_upstream` builds the client. Two implementations, chosen by the
+config key `upstream_client`:
 - `native` (`upstream_native.py`): a small HTTP/1.1 client on asyncio and the `httptools` parser, for
   `http://` backends. The fast path: it keeps the gateway near its latency and rate targets.
-- `httpx` (`httpx.AsyncClient`): pure Python over anyio; any URL, but measured here
+- `httpx` (`upstream_httpx.py`, on `httpx.AsyncClient`): pure Python over anyio; any URL, but measured here
   (benchmarks/gateway_overhead.py) it costs 1-2 ms of CPU per request and sustains a few hundred
   streams per second at most.
 - `auto` (default): `native` when `httptools` can be imported (it comes with `uvicorn[standard]` and
@@ -18,16 +20,9 @@ that could not be opened) for every transport failure, before or during the resp
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
-import json
-import math
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable
 from typing import Protocol
-
-import httpx
-
-from flatshare import httpclient
 
 UPSTREAM_CLIENTS = ("auto", "native", "httpx")
 
@@ -113,90 +108,3 @@ def resolve_client(kind: str, urls: Iterable[str] = ()) -> str:
 def auth_headers(backend_api_key: str) -> dict[str, str]:
     """The headers every request to a backend carries: its API key as a bearer token, when set."""
     return {"authorization": f"Bearer {backend_api_key}"} if backend_api_key else {}
-
-
-def make_upstream(
-    kind: str,
-    urls: Iterable[str],
-    connect_timeout_s: float,
-    read_timeout_s: float,
-    max_connections: int,
-    default_headers: Mapping[str, str] | None = None,
-) -> Upstream:
-    if resolve_client(kind, urls) == "native":
-        from flatshare.gateway.upstream_native import NativeUpstream
-
-        return NativeUpstream(connect_timeout_s, read_timeout_s, max_connections, default_headers)
-    return HttpxUpstream(connect_timeout_s, read_timeout_s, max_connections, default_headers)
-
-
-# -- httpx ------------------------------------------------------------------------------------------------
-class _HttpxResponse:
-    def __init__(self, response: httpx.Response) -> None:
-        self._response = response
-        self.status = response.status_code
-        self.headers = list(response.headers.items())
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._response.aiter_raw():
-                yield chunk
-        except httpx.HTTPError as exc:
-            raise UpstreamError(repr(exc)) from exc
-
-    async def read(self) -> bytes:
-        try:
-            return await self._response.aread()
-        except httpx.HTTPError as exc:
-            raise UpstreamError(repr(exc)) from exc
-
-    async def close(self) -> None:
-        await self._response.aclose()
-
-
-class HttpxUpstream:
-    name = "httpx"
-
-    def __init__(
-        self,
-        connect_timeout_s: float,
-        read_timeout_s: float,
-        max_connections: int,
-        default_headers: Mapping[str, str] | None = None,
-    ) -> None:
-        limits = httpclient.limits(max_connections, max_keepalive_connections=256)
-        timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
-        self._client = httpx.AsyncClient(limits=limits, timeout=timeout, headers=dict(default_headers or {}))
-
-    async def start(self) -> None:
-        return None
-
-    async def post(
-        self, url: str, body: bytes, headers: dict[str, str], head_timeout_s: float | None = None
-    ) -> UpstreamResponse:
-        request = self._client.build_request("POST", url, content=body, headers=headers)
-        try:
-            async with asyncio.timeout(head_timeout_s):
-                return _HttpxResponse(await self._client.send(request, stream=True))
-        except TimeoutError as exc:
-            raise FirstByteTimeout(f"no response head from the backend within {head_timeout_s} s") from exc
-        except httpx.HTTPError as exc:
-            raise UpstreamError(repr(exc), refused=isinstance(exc, httpx.ConnectError)) from exc
-
-    async def fetch(
-        self, url: str, timeout_s: float, json_body: object = None, max_bytes: int | None = None
-    ) -> tuple[int, bytes]:
-        method, content = ("GET", None) if json_body is None else ("POST", json.dumps(json_body).encode())
-        headers = {} if content is None else {"content-type": "application/json"}
-        try:
-            async with self._client.stream(
-                method, url, content=content, headers=headers, timeout=timeout_s
-            ) as r:
-                limit = max_bytes if max_bytes is not None else math.inf
-                body = await read_bounded(r.aiter_bytes(), r.headers.get("content-length"), limit, url)
-                return r.status_code, body
-        except httpx.HTTPError as exc:
-            raise UpstreamError(repr(exc), refused=isinstance(exc, httpx.ConnectError)) from exc
-
-    async def close(self) -> None:
-        await self._client.aclose()

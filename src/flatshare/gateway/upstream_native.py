@@ -199,7 +199,7 @@ class _NativeResponse:
 
 
 class NativeUpstream:
-    """See the module docstring; the same interface as `upstream.HttpxUpstream`."""
+    """See the module docstring; the same interface as `upstream_httpx.HttpxUpstream`."""
 
     name = "native"
 

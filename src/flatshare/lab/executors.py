@@ -25,13 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from flatshare.errors import InputError
-from flatshare.lab.jobs import Job, JobFailure, failure
+from flatshare.lab.drive import OnDone, Then, drive
+from flatshare.lab.jobs import Job, JobFailure
 
 EXECUTORS = ("local", "ray")
-RAY_EXTRA = "pip install -e '.[ray]'"
-
-OnDone = Callable[[Job[Any], JobFailure | None], None]
-Then = Callable[[Job[Any], Any], Sequence[Job[Any]]]
 
 
 class Executor(Protocol):
@@ -49,57 +46,6 @@ class Executor(Protocol):
     ) -> list[JobFailure]:
         """Run every job (and follow-ups) to completion; return the failures (see the module doc)."""
         ...
-
-
-class _Pool(Protocol):
-    def submit(self, fn: Callable[[Job[Any]], Any], job: Job[Any]) -> Any: ...
-
-    def wait_any(self, handles: list[Any]) -> list[Any]: ...
-
-    def result(self, handle: Any) -> Any: ...
-
-    def error(self, exc: BaseException) -> BaseException: ...
-
-
-def _drive(
-    pool: _Pool,
-    jobs: Sequence[Job[Any]],
-    fn: Callable[[Job[Any]], Any],
-    on_done: OnDone | None,
-    then: Then | None,
-) -> list[JobFailure]:
-    """The one scheduling loop every executor shares: submit, wait for any, report, submit follow-ups."""
-    pending: dict[Any, Job[Any]] = {}
-    failures: list[JobFailure] = []
-
-    def report(job: Job[Any], exc: BaseException | None) -> None:
-        failed = None if exc is None else failure(job, pool.error(exc))
-        if failed is not None:
-            failures.append(failed)
-        if on_done is not None:
-            on_done(job, failed)
-
-    def submit(job: Job[Any]) -> None:
-        try:
-            pending[pool.submit(fn, job)] = job
-        except Exception as exc:  # a broken pool: the job could not even start
-            report(job, exc)
-
-    for job in jobs:
-        submit(job)
-    while pending:
-        for handle in pool.wait_any(list(pending)):
-            job = pending.pop(handle)
-            try:
-                result = pool.result(handle)
-                follow = then(job, result) if then is not None else ()
-            except Exception as exc:
-                report(job, exc)
-                continue
-            for next_job in follow:
-                submit(next_job)
-            report(job, None)
-    return failures
 
 
 class _FuturePool:
@@ -188,9 +134,9 @@ class LocalExecutor:
         then: Then | None = None,
     ) -> list[JobFailure]:
         if self.workers == 1:
-            return _drive(_SerialPool(), jobs, fn, on_done, then)
+            return drive(_SerialPool(), jobs, fn, on_done, then)
         with ProcessPoolExecutor(max_workers=self.workers, initializer=_exit_with_parent) as pool:
-            return _drive(_ProcessPool(pool), jobs, fn, on_done, then)
+            return drive(_ProcessPool(pool), jobs, fn, on_done, then)
 
 
 def make_executor(

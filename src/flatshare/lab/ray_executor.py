@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flatshare.errors import InputError
-from flatshare.lab.executors import RAY_EXTRA, OnDone, Then, _drive
+from flatshare.lab.drive import OnDone, Then, drive
 from flatshare.lab.jobs import Job, JobFailure
+
+RAY_EXTRA = "pip install -e '.[ray]'"
 
 
 def require_ray() -> None:
@@ -74,7 +76,7 @@ class RayExecutor:
             # Ray's INFO start-up notice is not printed (quiet by default); its warnings and errors are.
             ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
         try:
-            return _drive(_RayPool(ray, self.resources), jobs, fn, on_done, then)
+            return drive(_RayPool(ray, self.resources), jobs, fn, on_done, then)
         finally:
             if started:
                 ray.shutdown()

@@ -2,7 +2,7 @@
 
 A run folder is a co-location run (`runs/<condition>/c<callers>/s<seed>/`: `requests.jsonl` and
 `engine.json`, `flatshare.colocation.runs`) or a replay folder (`requests.jsonl` and `run.json`,
-`flatshare.replay.rundir`). Both name the workload (`spec`, `seed`), which is rebuilt to know each voice
+`flatshare.runfiles.run`). Both name the workload (`spec`, `seed`), which is rebuilt to know each voice
 request's call, turn and caller speech; the records give what the engine did.
 
 One turn, in the order the caller hears it:
@@ -30,10 +30,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from flatshare.colocation.voice import VoicePipeline
 from flatshare.errors import InputError
-from flatshare.lab.rundir import read_json
-from flatshare.replay.records import MAX_TOKENS, ReplayRecord, read_records
+from flatshare.listen.voice import VoicePipeline
+from flatshare.runfiles.files import read_json
+from flatshare.runfiles.records import MAX_TOKENS, ReplayRecord, read_records
 from flatshare.workloads.model import Session, WorkloadRequest
 from flatshare.workloads.scale import check_scale, scale_workload
 from flatshare.workloads.synth.voice import VoiceProfile

@@ -30,8 +30,9 @@ from flatshare.errors import InputError
 from flatshare.replay.endpoints import Endpoint, discover, normalize_url
 from flatshare.replay.ledger import Ledger
 from flatshare.replay.progress import NullProgress, ReplayProgress
-from flatshare.replay.rundir import prepare, write_run
 from flatshare.replay.wallclock import WallClockOptions, run_in_loop, run_wallclock
+from flatshare.runfiles.files import prepare
+from flatshare.runfiles.run import write_replay_run
 from flatshare.sim.options import EngineOptions
 from flatshare.workloads.model import Workload
 from flatshare.workloads.spec import check_spec, parse_spec
@@ -151,7 +152,7 @@ async def _replay_endpoints(
             progress.wallclock(ledger)
             meta |= {"wall_s": round(time.perf_counter() - started, 3), "interrupted": interrupted}
             meta["stats"] = ledger.stats.to_json()
-            run |= write_run(out, ledger.sorted_records(), ledger.samples, meta)
+            run |= write_replay_run(out, ledger.sorted_records(), ledger.samples, meta)
 
 
 async def _tick(update: Callable[[], None], interval_s: float = 0.5) -> None:
@@ -195,7 +196,7 @@ def _replay_sim(
         "grace_s": grace_s,
         "virtual_s": round(max(e.now for e in engines), 6),
     }
-    return ReplaySummary(out, write_run(out, result.records, result.samples, meta))
+    return ReplaySummary(out, write_replay_run(out, result.records, result.samples, meta))
 
 
 def _workload_meta(workload: Workload, clip: int | None, driver: str) -> dict[str, Any]:

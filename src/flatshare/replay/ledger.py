@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from flatshare.replay.records import ReplayRecord
-from flatshare.sim.records import EngineSample
+from flatshare.runfiles.records import ReplayRecord
+from flatshare.runfiles.samples import EngineSample
 from flatshare.workloads.model import WorkloadRequest
 
 NEVER_SENT = "never sent (waiting for a concurrency slot)"

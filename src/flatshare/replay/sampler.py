@@ -1,15 +1,13 @@
 """Sampling an endpoint's Prometheus `/metrics` into `EngineSample`s while a wall-clock replay runs.
 
-Read from vLLM's metric names (`flatshare.protocol.prometheus`): `vllm:kv_cache_usage_perc` (`kv_usage`,
-0-1), `vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:num_preemptions_total`. With several
-label sets (data-parallel engines) counts are summed and KV use is the mean: a sample stands for the
-whole server, as the simulator's one engine does, and with engines of equal size the mean is the share of
-the server's KV cache in use (the gateway, which asks where the next request may land, takes the max
-instead). `cpu_tier_blocks` is 0 (vLLM exports no such metric). A scrape that fails, is not Prometheus
-text or lacks `vllm:kv_cache_usage_perc` gives no sample and is counted in `Sampler.errors`.
-
-Only the lines of those four names are parsed (a vLLM scrape holds hundreds of histogram lines), so
-sampling costs the event loop little while it times tokens.
+The page is read by the one vLLM metrics reader, `flatshare.protocol.prometheus.parse_load`, with KV use
+the mean over engines: a sample stands for the whole server, as the simulator's one engine does, and
+with engines of equal size the mean is the share of the server's KV cache in use (the gateway, which
+asks where the next request may land, takes the max instead). Counts are summed. `cpu_tier_blocks` is
+0 (vLLM exports no such metric). A scrape that fails, is not Prometheus text, lacks
+`vllm:kv_cache_usage_perc` or holds a value that is not finite gives no sample and is counted in
+`Sampler.errors`. Only the lines of the families read are parsed (a vLLM scrape holds hundreds of
+histogram lines), so sampling costs the event loop little while it times tokens.
 """
 
 from __future__ import annotations
@@ -19,39 +17,26 @@ from collections.abc import Callable
 
 import httpx
 
-from flatshare.protocol.prometheus import KV_USAGE, PREEMPTIONS, RUNNING, WAITING, MetricsPage
-from flatshare.sim.records import EngineSample
-
-METRICS = {
-    KV_USAGE: "kv_usage",
-    RUNNING: "running",
-    WAITING: "waiting",
-    PREEMPTIONS: "preemptions_total",
-}
+from flatshare.policy.load import BackendLoad
+from flatshare.protocol.prometheus import parse_load
+from flatshare.runfiles.samples import EngineSample
 
 
-def parse_metrics(text: str) -> MetricsPage:
-    """The `METRICS` samples of a Prometheus text exposition; ValueError if it is not one."""
-    return MetricsPage.parse(text, METRICS)
-
-
-def to_sample(page: MetricsPage, t: float) -> EngineSample | None:
-    """The sample at `t`, or None when the KV metric is missing."""
-    kv = page.value(KV_USAGE, "mean")
-    if kv is None:
-        return None
-
-    def total(name: str) -> int:
-        return round(page.value(name, "sum") or 0)
-
+def to_sample(load: BackendLoad, t: float) -> EngineSample:
+    """The sample at `t` of a server's load (`parse_load(text, kv_rule="mean")`)."""
     return EngineSample(
         t=round(t, 6),
-        kv_usage=round(kv, 6),
-        running=total(RUNNING),
-        waiting=total(WAITING),
-        preemptions_total=total(PREEMPTIONS),
+        kv_usage=round(load.kv_usage or 0.0, 6),
+        running=load.running,
+        waiting=load.waiting,
+        preemptions_total=round(load.preemptions),
         cpu_tier_blocks=0,
     )
+
+
+def read_sample(text: str, t: float) -> EngineSample:
+    """The sample at `t` of a /metrics page; `ScrapeError` (a ValueError) when it holds none."""
+    return to_sample(parse_load(text, kv_rule="mean"), t)
 
 
 class Sampler:
@@ -84,9 +69,8 @@ class Sampler:
         try:
             response = await self.client.get(self.url)
             response.raise_for_status()
-            sample = to_sample(parse_metrics(response.text), self.now())
-            if sample is None:
-                raise ValueError("no vllm:kv_cache_usage_perc in /metrics")
+            load = parse_load(response.text, kv_rule="mean")
+            sample = to_sample(load, self.now())
         except (httpx.HTTPError, ValueError) as exc:
             self.errors += 1
             self.last_error = f"{type(exc).__name__}: {exc}"

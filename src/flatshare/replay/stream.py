@@ -33,8 +33,8 @@ from flatshare.protocol.sse import StreamReader, StreamTally
 from flatshare.replay.body import request_body
 from flatshare.replay.endpoints import Endpoint
 from flatshare.replay.ledger import Clock
-from flatshare.replay.records import ReplayRecord
 from flatshare.replay.timed_net import TimedStream
+from flatshare.runfiles.records import ReplayRecord
 from flatshare.workloads.model import WorkloadRequest
 
 FAILED_REASONS = ("abort", "error")

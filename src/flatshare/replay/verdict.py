@@ -1,7 +1,7 @@
 """What a finished replay tells its operator besides the record files: how many requests failed against
 the share the run may tolerate (`--max-failed`), and the endpoints whose /metrics could not be sampled.
 
-Pure functions of run.json's content (`flatshare.replay.rundir.write_run`), so the command line and tests
+Pure functions of run.json's content (`flatshare.runfiles.run.write_replay_run`), so the command line and tests
 read the same verdict. A failed request is status `failed` (a connection error, an HTTP error, a broken
 stream); `refused` is an admission decision (a gateway's 429), not a failure.
 """

@@ -6,7 +6,7 @@ behind, after issuing every request due by then, so a request never arrives in a
 than one step. Which engine serves a request is the `route` function's choice (default: a session stays
 on one engine, so its prefix cache stays warm).
 
-With `gate` (a gateway-side baseline, `flatshare.gateway.baselines.make_gate`), requests pass through
+With `gate` (a gateway-side baseline, `flatshare.policy.gates.make_gate`), requests pass through
 it between their issue and their engine: it holds, releases, aborts and resubmits them and may change
 their `max_tokens` (`flatshare.replay.virtual_gate` says how, and how aborted attempts are recorded);
 its counters come back as `VirtualRun.gate_counters`.
@@ -24,13 +24,15 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from flatshare.gateway.baselines.core import Gate
-from flatshare.replay.records import ReplayRecord
+from flatshare.policy.gates.core import Gate
 from flatshare.replay.virtual_gate import GateDriver
+from flatshare.runfiles.records import ReplayRecord
+from flatshare.runfiles.samples import EngineSample
+from flatshare.runfiles.sim_records import RequestRecord
 from flatshare.scheduler.hint import HINT_KEY, HINT_TURN
 from flatshare.sim.engine import SimEngine
-from flatshare.sim.records import EngineSample, RequestRecord
 from flatshare.sim.requests import SimRequest
 from flatshare.workloads.model import Session, Workload, WorkloadRequest
 
@@ -44,11 +46,46 @@ def sticky_route(request: WorkloadRequest, engines: Sequence[SimEngine]) -> int:
 
 @dataclass(frozen=True)
 class VirtualRun:
+    """What a virtual-time run produced, a plain value (no live engine): its records, the engines'
+    samples, and the engines' totals."""
+
     records: list[ReplayRecord]
     samples: list[tuple[str, EngineSample]]
-    engines: list[SimEngine]
+    preemptions: int
+    """Summed over the engines, as `steps` and `scheduler_counters` (each counter as an integer)."""
+    steps: int
+    virtual_s: float
+    """The latest engine clock at the end."""
+    scheduler_counters: dict[str, int]
     gate_counters: dict[str, float] = field(default_factory=dict)
     """The gate's counters (`Gate.counters`) at the end of the run; empty without a gate."""
+
+    def totals(self) -> dict[str, Any]:
+        """`preemptions`, `steps`, `virtual_s`, `scheduler_counters`: the engine facts a run folder keeps."""
+        return {
+            "preemptions": self.preemptions,
+            "steps": self.steps,
+            "virtual_s": self.virtual_s,
+            "scheduler_counters": self.scheduler_counters,
+        }
+
+
+def _finished_run(
+    records: list[ReplayRecord], engines: Sequence[SimEngine], gate_counters: dict[str, float]
+) -> VirtualRun:
+    counters: dict[str, int] = {}
+    for engine in engines:
+        for key, value in engine.result().scheduler_counters.items():
+            counters[key] = counters.get(key, 0) + int(value)
+    return VirtualRun(
+        records,
+        _samples(engines),
+        preemptions=sum(e.preemptions for e in engines),
+        steps=sum(e.steps for e in engines),
+        virtual_s=max(e.now for e in engines),
+        scheduler_counters=counters,
+        gate_counters=gate_counters,
+    )
 
 
 class _Issuer:
@@ -188,8 +225,8 @@ def run_virtual(
     if gated is not None:
         now = max((e.now for e in engines), default=0.0)
         records = sorted(gated.records(now), key=lambda r: (r.send_s, r.id))
-        return VirtualRun(records, _samples(engines), list(engines), dict(gated.gate.counters))
-    return VirtualRun(_records(engines, requests, served_by), _samples(engines), list(engines))
+        return _finished_run(records, engines, dict(gated.gate.counters))
+    return _finished_run(_records(engines, requests, served_by), engines, {})
 
 
 HINT_PROMPT = (11, 12, 13, 14)  # a tiny prompt: a hint is one short request, its content unused

@@ -1,4 +1,4 @@
-"""A gateway-side baseline (`flatshare.gateway.baselines`) in the virtual-time driver: the edge between
+"""A gateway-side baseline (`flatshare.policy.gates`) in the virtual-time driver: the edge between
 a `Gate` and the simulated engines, as `flatshare.gateway.gating` is the edge in the real gateway.
 
 Each request reaches the gate when its session issues it (its record's `send_s` stays that time) and
@@ -26,9 +26,10 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from flatshare.gateway.baselines.core import BackendLoad, Decisions, Gate, GateEvent, GateRequest
+from flatshare.policy.gates.core import Decisions, Gate, GateEvent, GateRequest
+from flatshare.policy.load import BackendLoad
 from flatshare.replay.ledger import new_record
-from flatshare.replay.records import ReplayRecord
+from flatshare.runfiles.records import ReplayRecord
 from flatshare.sim.engine import SimEngine, StepReport
 from flatshare.sim.requests import SimRequest
 from flatshare.workloads.model import WorkloadRequest
@@ -149,7 +150,13 @@ class GateDriver:
             running, waiting = engine.scheduler.get_request_counts()
             usage = engine.scheduler.get_kv_cache_usage()
             loads[engine_name(index)] = BackendLoad(
-                engine_name(index), usage, waiting, running, 0.0, len(unseen)
+                engine_name(index),
+                kv_usage=usage,
+                running=running,
+                waiting=waiting,
+                scrape_age_s=0.0,
+                stale=False,
+                unseen=len(unseen),
             )
         return loads
 

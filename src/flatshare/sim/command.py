@@ -1,6 +1,6 @@
-"""`flatshare sim` and `flatshare serve-sim`: the command bodies, with plain arguments.
+"""`flatshare sim`: the command body, with plain arguments (`flatshare serve-sim`'s: `flatshare.serve.command`).
 
-The CLI (`flatshare.cli.sim`) maps its options onto these functions and turns `InputError` into a
+The CLI (`flatshare.cli.sim`) maps its options onto this function and turns `InputError` into a
 one-line error (exit 2). vLLM is imported only when an engine is built.
 """
 
@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flatshare import enginelog
-from flatshare.errors import InputError
 from flatshare.sim.options import EngineOptions
 
 
@@ -37,7 +36,7 @@ def sim_command(requests: Path, out: Path, engine: EngineOptions | None = None, 
     """Run the request file `requests` through vLLM's scheduler on a virtual clock and write
     `out`/requests.jsonl, samples.jsonl, summary.json (and engine.log). InputError on bad input,
     before anything is written."""
-    from flatshare.replay.rundir import check_out
+    from flatshare.runfiles.files import check_out
     from flatshare.sim.requests import load_requests
 
     config, step_profile = (engine or EngineOptions()).build()
@@ -53,32 +52,3 @@ def sim_command(requests: Path, out: Path, engine: EngineOptions | None = None, 
     summary = write_result(out, result, meta)
     enginelog.log_to(out)
     return SimSummary(out, summary["requests"], result.steps, result.virtual_s, wall, result.preemptions)
-
-
-def serve_sim_command(
-    port: int,
-    host: str,
-    model_name: str,
-    speed: float,
-    engine: EngineOptions | None = None,
-    seed: int = 0,
-    access_log: str = "requests",
-) -> None:
-    """Serve the simulated engine until interrupted. InputError on bad settings or a port it cannot
-    listen on, before vLLM is imported."""
-    from flatshare.serving import check_access_log, listen
-
-    config, step_profile = (engine or EngineOptions()).build()
-    if speed < 1:
-        raise InputError("--speed must be >= 1")
-    check_access_log(access_log)
-    sock = listen(host, port)
-    try:
-        from flatshare.serve.server import serve_sim_main
-    except BaseException:
-        sock.close()
-        raise
-    url = f"http://{host}:{port}"
-    serve_sim_main(
-        sock, url, config, step_profile, seed, model_name=model_name, speed=speed, access_log=access_log
-    )

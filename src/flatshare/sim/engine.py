@@ -27,11 +27,12 @@ from vllm.v1.engine import FinishReason
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request
 
+from flatshare.runfiles.samples import EngineSample
+from flatshare.runfiles.sim_records import RequestRecord
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.connector import SimCpuTierConnector, TransferJob
 from flatshare.sim.offload_worker import SimOffloadWorker, failing_fraction
 from flatshare.sim.profile import ScheduledWork, StepTimeProfile
-from flatshare.sim.records import EngineSample, RequestRecord
 from flatshare.sim.requests import SimRequest
 from flatshare.sim.vllm_host import RequestFactory, build_scheduler
 from flatshare.sim.waits import WaitLedger

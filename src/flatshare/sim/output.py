@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from flatshare.replay.records import RECORD_VERSION, ReplayRecord, write_records
-from flatshare.replay.rundir import write_samples
+from flatshare.runfiles.records import RECORD_VERSION, ReplayRecord, write_records
+from flatshare.runfiles.samples import write_samples
+from flatshare.runfiles.sim_records import SIM_ENGINE, RequestRecord
 from flatshare.sim.engine import SimResult
-from flatshare.sim.records import SIM_ENGINE, RequestRecord
 
 
 def _percentiles(values: list[float]) -> dict[str, float | None]:

@@ -4,13 +4,13 @@
 - `tokens`: deterministic prompt token ids that preserve the prefixes a workload shares.
 - `traces`: Azure LLM 2023, Mooncake, WEKA Claude Code and ShareGPT loaders.
 - `synth`: voice calls, coding agents, one long request beside short ones.
+- Priorities per class: `flatshare.policy.classes.DEFAULT_PRIORITY`.
 - `spec`: `parse_spec("voice-agents:callers=2,agents=24")` -> `Workload`.
 """
 
 from __future__ import annotations
 
 from flatshare.workloads.model import (
-    DEFAULT_PRIORITY,
     Session,
     Workload,
     WorkloadRequest,
@@ -29,7 +29,6 @@ from flatshare.workloads.traces import (
 )
 
 __all__ = [
-    "DEFAULT_PRIORITY",
     "AgentProfile",
     "Session",
     "TraceOptions",

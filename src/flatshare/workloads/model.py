@@ -21,8 +21,6 @@ from dataclasses import dataclass, replace
 from flatshare.workloads.tokens import DEFAULT_VOCAB, PromptSpan, check_vocab, prompt_ids, prompt_length
 
 CLASS_PATTERN = re.compile(r"[a-z][a-z0-9_-]*")
-# vLLM's meaning: a lower value is more important. Latency-critical classes first.
-DEFAULT_PRIORITY = {"voice": 0, "chat": 1, "code": 1, "short": 1, "agent": 10, "long": 10}
 
 
 def _check_int(name: str, value: object, low: int) -> None:

@@ -37,7 +37,7 @@ from flatshare.workloads.traces.sharegpt import SHORT_MAX_TOKENS
 from flatshare.workloads.traces.weka_agents import weka_agents
 
 PAIR = re.compile(r"([a-z_]+)=(.*)")
-MAX_SECONDS = 1e7  # the record format's bound on a time (flatshare.replay.records.MAX_TIME_S)
+MAX_SECONDS = 1e7  # the record format's bound on a time (flatshare.runfiles.records.MAX_TIME_S)
 MAX_TOKENS = 10_000_000
 MAX_COUNT = 1_000_000
 MAX_SESSION_SECONDS = 1e7

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flatshare.workloads.model import DEFAULT_PRIORITY, Session, Workload, WorkloadRequest, clip_to_model_len
+from flatshare.policy.classes import DEFAULT_PRIORITY
+from flatshare.workloads.model import Session, Workload, WorkloadRequest, clip_to_model_len
 from flatshare.workloads.tokens import (
     DEFAULT_VOCAB,
     Span,

@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from flatshare.errors import InputError
-from flatshare.workloads.model import DEFAULT_PRIORITY, Session, Workload, WorkloadRequest, clip_to_model_len
+from flatshare.policy.classes import DEFAULT_PRIORITY, INTERACTIVE_PRIORITY
+from flatshare.workloads.model import Session, Workload, WorkloadRequest, clip_to_model_len
 from flatshare.workloads.tokens import DEFAULT_VOCAB, PromptSpan, check_vocab, head_spans, prompt_length
 
 
@@ -60,7 +61,7 @@ class TraceOptions:
     def priority_for(self, cls: str) -> int:
         if self.priority is not None:
             return self.priority
-        return DEFAULT_PRIORITY.get(cls, 1)
+        return DEFAULT_PRIORITY.get(cls, INTERACTIVE_PRIORITY)
 
 
 def bad(path: Path | str, where: str, field: str, problem: str) -> InputError:
