@@ -3,6 +3,7 @@ then end to end over two serve-sim processes behind a real gateway, all on 127.0
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from flatshare.admission.command import (
     experiment_admission_endpoint,
     synthetic_for_endpoint,
 )
-from flatshare.admission.plan import SyntheticPlan, endpoint_thresholds
+from flatshare.admission.plan import SAGE, SyntheticPlan, endpoint_thresholds
 from flatshare.errors import InputError
 from flatshare.gateway.app import build_gateway
 from flatshare.gateway.config import BackendConfig, GatewayConfig, PollConfig, TokenConfig
@@ -224,3 +225,67 @@ def test_each_decision_sees_the_last_reading_of_each_backend_before_it() -> None
     seen = [{b["name"]: b["kv_usage"] for b in d.backends} for d in decisions]
     assert seen == [{"b0": 0.1}, {"b0": 0.2, "b1": 0.9}, {"b0": 0.5, "b1": 0.9}]
     assert (decisions[0].backend, decisions[0].preferred, decisions[0].reason) == ("b1", "b0", "kv_pressure")
+
+
+@pytest.mark.server
+@pytest.mark.timeout(300)
+def test_sage_conditions_run_through_a_second_gateway_over_sage_backends(tmp_path: Path) -> None:
+    """`--sage-endpoint`: the sage and controller+sage conditions run through a gateway whose backends
+    run sage, in the same seeds as A and B, so the report pairs them; make-room's stay skipped."""
+    sim_args = ("--policy", "fcfs", "--max-num-batched-tokens", "512", "--max-model-len", "16384")
+    sage_args = (*sim_args, "--scheduler", "sage", "--additional-config", json.dumps({"sage": SAGE}))
+    with (
+        serve_sims(2, *sim_args) as sims,
+        serve_sims(2, *sage_args) as sage_sims,
+        gateway(sims, admin_token=TOKEN) as url,
+        gateway(sage_sims, admin_token=TOKEN) as sage_url,
+    ):
+        sage_before = httpx.get(f"{sage_url}/gateway/routing").json()
+        options = EndpointOptions(TOKEN, sage_endpoint=sage_url, **SIZES)
+        summary = experiment_admission_endpoint(tmp_path, url, options, seeds=2).summary
+        assert httpx.get(f"{sage_url}/gateway/routing").json() == sage_before  # restored too
+    conditions = summary.workloads["synthetic"].conditions
+    assert sorted(conditions) == ["A-fcfs-one-engine", "B-controller", "alone", "controller+sage", "sage"]
+    for key in ("sage", "controller+sage"):
+        cell = conditions[key]
+        assert cell.n_runs == 2 and cell.n_short == 20 and cell.failed == 0
+        assert (
+            cell.vs_baseline.p_value is not None and cell.ttlt_vs_baseline.p_value is not None
+        )  # paired with A
+        for seed in (0, 1):
+            folder = tmp_path / "runs" / "synthetic" / key / f"s{seed}"
+            facts = json.loads((folder / "run.json").read_text())
+            assert facts["endpoint"] == sage_url and facts["condition"]["sage"] is True
+            assert {r.engine for r in read_records(folder / "requests.jsonl")} <= {"b0", "b1"}
+    assert conditions["sage"].routed_away_frac is None
+    assert conditions["controller+sage"].routed_away_frac is not None
+    assert summary.skipped is not None
+    assert [c.key for c in summary.skipped.conditions] == ["make-room", "controller+make-room"]
+    report = (tmp_path / "report.md").read_text()
+    assert f"second gateway, `{sage_url}`" in report
+
+
+def test_a_sage_gateway_must_be_another_with_as_many_backends() -> None:
+    from flatshare.admission.endpointplan import EndpointPlan
+    from flatshare.admission.gatewayclient import GatewayInfo
+
+    main = GatewayInfo("http://127.0.0.1:1", ("b0", "b1"), {}, "m", None)
+    plan = EndpointPlan(
+        main, SyntheticPlan(seeds=1), sage_gateway=dataclasses.replace(main, url="http://127.0.0.1:2")
+    )
+    assert [c.key for c in plan.conditions] == [
+        "A-fcfs-one-engine",
+        "B-controller",
+        "sage",
+        "controller+sage",
+    ]
+    assert [c.key for c in EndpointPlan(main, SyntheticPlan(seeds=1)).conditions] == [
+        "A-fcfs-one-engine",
+        "B-controller",
+    ]
+    with pytest.raises(ValueError, match="another gateway"):
+        EndpointPlan(main, SyntheticPlan(), sage_gateway=main)
+    with pytest.raises(ValueError, match="same number"):
+        EndpointPlan(
+            main, SyntheticPlan(), sage_gateway=GatewayInfo("http://127.0.0.1:2", ("s0",), {}, "m", None)
+        )

@@ -69,6 +69,7 @@ class EndpointOptions:
     long_first: bool = True
     priorities: bool = False
     vocab_size: int | None = None
+    sage_endpoint: str | None = None
 
 
 def synthetic_for_endpoint(
@@ -128,7 +129,7 @@ def experiment_admission_endpoint(
     total)` is called after each run. Returns the summary and the seconds it all took."""
     options = options or EndpointOptions()
     from flatshare import httpclient
-    from flatshare.admission.gatewayclient import TIMEOUT, check_gateway, put_routing
+    from flatshare.admission.gatewayclient import TIMEOUT, GatewayInfo, check_gateway, put_routing
     from flatshare.admission.plan import trace_cases
 
     if options.trace_seconds is not None:
@@ -144,6 +145,11 @@ def experiment_admission_endpoint(
         raise InputError(f"--seeds must be >= 1, got {seeds}")
     with httpclient.client(TIMEOUT) as client:
         gateway = check_gateway(endpoint, options.admin_token, options.model, client)
+        sage_gateway = (
+            None
+            if options.sage_endpoint is None
+            else check_gateway(options.sage_endpoint, options.admin_token, gateway.model, client)
+        )
         base = SyntheticPlan(seeds=seeds) if seeds is not None else SyntheticPlan()
         synthetic = synthetic_for_endpoint(base, options, len(gateway.backends), gateway.max_model_len)
         from flatshare.admission.endpoint import EndpointExperiment, restore
@@ -160,6 +166,7 @@ def experiment_admission_endpoint(
                 windows=windows or 1,
                 priorities=options.priorities,
                 vocab_size=options.vocab_size or DEFAULT_VOCAB,
+                sage_gateway=sage_gateway,
             )
         except ValueError as exc:
             raise InputError(f"experiment admission-endpoint: {exc}") from None
@@ -171,14 +178,16 @@ def experiment_admission_endpoint(
             if on_progress is not None:
                 on_progress(done[0], total)
 
-        def put(change: dict[str, Any]) -> None:
-            put_routing(client, gateway.url, options.admin_token, change)
+        def put(target: GatewayInfo, change: dict[str, Any]) -> None:
+            put_routing(client, target.url, options.admin_token, change)
 
         start = time.monotonic()
         try:
             run_in_loop(EndpointExperiment(out, plan, put, advance).run())
         finally:
-            restore(client, gateway, options.admin_token)
+            for used in (gateway, sage_gateway):
+                if used is not None:
+                    restore(client, used, options.admin_token)
     summary = build_report(out)
     return Finished(summary, round(time.monotonic() - start, 1))
 

@@ -15,9 +15,11 @@ simulated mode's layout (`runs.save_wallclock_run`), so `report.build_report` re
 What runs:
 - The synthetic case (`synthetic.synthetic_workload`, sizes from the options), every seed, each
   condition that only changes routing (`A-fcfs-one-engine`: `first`; `B-controller`: the threshold rule
-  preferring the first backend), in both arrival orders unless `long_first` is off. make-room conditions
-  are skipped: make-room lives in each backend's scheduler and cannot be switched from outside; start
-  the backends with `--scheduler-cls flatshare.scheduler.MakeRoomScheduler` and run again.
+  preferring the first backend), in both arrival orders unless `long_first` is off. The sage conditions
+  (`sage`: `first`; `controller+sage`: the rule) run the same way through the plan's sage gateway, whose
+  backends run sage, when there is one. make-room conditions are skipped: make-room lives in each
+  backend's scheduler and cannot be switched from outside; start the backends with
+  `--scheduler-cls flatshare.scheduler.MakeRoomScheduler` and run again.
 - Priorities are not sent (every request at vLLM's default 0, which FCFS backends require) unless
   `priorities` is on: then shorts go at priority 1 and the long request at 10, for backends running the
   priority policy (make-room).
@@ -25,7 +27,8 @@ What runs:
   finished), so each finds the backend idle.
 - Traces only with `trace_s`: each window cut to `trace_s` seconds of replay, the `off` run first, the
   rule's thresholds calibrated on its first 20% (`traces.calibrate_from_run`), then the other policy
-  conditions. Without it the trace part is not run (a wall-clock replay takes as long as the window).
+  conditions (`off+sage` and `on+sage` through the sage gateway, with the same thresholds, when there is
+  one). Without it the trace part is not run (a wall-clock replay takes as long as the window).
 
 Real backends keep their prefix caches from run to run, so every run's prompts are salted
 (`endpointworkloads.salted`).
@@ -57,7 +60,6 @@ from flatshare.admission.gatewayclient import TIMEOUT, GatewayInfo, put_routing
 from flatshare.admission.gatewayreplay import WallRun, replay_through
 from flatshare.admission.plan import (
     TRACE_BASELINE,
-    TRACE_CONDITIONS,
     Condition,
     TraceCase,
     endpoint_thresholds,
@@ -71,12 +73,14 @@ from flatshare.workloads.model import Workload
 Progress = Callable[[str], None]
 
 
-class EndpointExperiment:
-    """Runs an `EndpointPlan` into `out` (module docstring); `put` switches the gateway's routing."""
+Put = Callable[[GatewayInfo, dict[str, Any]], None]
 
-    def __init__(
-        self, out: Path, plan: EndpointPlan, put: Callable[[dict[str, Any]], None], on_done: Progress
-    ) -> None:
+
+class EndpointExperiment:
+    """Runs an `EndpointPlan` into `out` (module docstring); `put(gateway, change)` switches a gateway's
+    routing."""
+
+    def __init__(self, out: Path, plan: EndpointPlan, put: Put, on_done: Progress) -> None:
         self.out = out
         self.plan = plan
         self.put = put
@@ -98,12 +102,15 @@ class EndpointExperiment:
         for name, long_first in plan.orders:
             workload = synthetic_workload(plan.synthetic, seed, long_first)
             for condition in plan.conditions:
-                self.put(routing_change(condition, thresholds))
-                run = await replay_through(client, plan, self._salted(workload, condition.key))
+                gateway = plan.gateway_for(condition)
+                self.put(gateway, routing_change(condition, thresholds))
+                run = await replay_through(
+                    client, plan, self._salted(workload, condition.key), gateway=gateway
+                )
                 facts = synthetic_facts(plan, run, name, condition, seed)
                 self._save(name, condition.key, seed, run, facts)
         alone = Condition(ALONE, "first")
-        self.put(routing_change(alone, None))
+        self.put(plan.gateway, routing_change(alone, None))
         workload = alone_workload(synthetic_workload(plan.synthetic, seed), plan.alone_pause_s)
         run = await replay_through(client, plan, self._salted(workload, ALONE))
         self._save(MAIN, ALONE, seed, run, synthetic_facts(plan, run, MAIN, alone, seed))
@@ -117,12 +124,15 @@ class EndpointExperiment:
         key = workload_key(case, n)
         thresholds: Thresholds | None = None
         calibration: dict[str, Any] | None = None
-        for condition in sorted(TRACE_CONDITIONS, key=lambda c: c.key != TRACE_BASELINE):
+        for condition in sorted(plan.trace_conditions, key=lambda c: c.key != TRACE_BASELINE):
             if condition.policy == "threshold" and thresholds is None:
                 raise AssertionError("the baseline runs first")  # pragma: no cover
-            self.put(routing_change(condition, thresholds if condition.policy == "threshold" else None))
+            gateway = plan.gateway_for(condition)
+            self.put(
+                gateway, routing_change(condition, thresholds if condition.policy == "threshold" else None)
+            )
             run = await replay_through(
-                client, plan, self._salted(workload, condition.key), duration_s=plan.trace_s
+                client, plan, self._salted(workload, condition.key), duration_s=plan.trace_s, gateway=gateway
             )
             facts = trace_facts(plan, run, cut, window, condition, thresholds, calibration)
             folder = self._save(key, condition.key, window, run, facts)

@@ -14,8 +14,10 @@ from flatshare.admission.traces import workload_key
 from flatshare.policy.routing import Thresholds
 
 
-def common_facts(plan: EndpointPlan, run: WallRun) -> dict[str, Any]:
-    g = plan.gateway
+def common_facts(plan: EndpointPlan, run: WallRun, condition: Condition) -> dict[str, Any]:
+    """The facts every run has; `endpoint` and `backends` are those of the gateway the condition ran
+    through."""
+    g = plan.gateway_for(condition)
     return {
         "mode": "endpoint",
         "endpoint": g.url,
@@ -36,7 +38,7 @@ def synthetic_facts(
     plan: EndpointPlan, run: WallRun, workload: str, condition: Condition, seed: int
 ) -> dict[str, Any]:
     thresholds = endpoint_thresholds(plan.synthetic.long_tokens)
-    return common_facts(plan, run) | {
+    return common_facts(plan, run, condition) | {
         "workload": workload,
         "part": ALONE if condition.key == ALONE else "synthetic",
         "engines": 1 if condition.key == ALONE else len(plan.gateway.backends),
@@ -61,7 +63,7 @@ def trace_facts(
     """A trace run's facts; `case` is already cut to the plan's `trace_s`, `thresholds` those in force."""
     assert plan.trace_s is not None
     n = len(plan.gateway.backends)
-    return common_facts(plan, run) | {
+    return common_facts(plan, run, condition) | {
         "workload": workload_key(case, n),
         "trace": case.name,
         "part": "trace",

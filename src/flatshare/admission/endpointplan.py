@@ -1,9 +1,10 @@
 """What endpoint mode runs (`EndpointPlan`), what it skips and why, and each condition's routing body.
 
 Endpoint mode is the admission experiment against a running flatshare gateway (`endpoint.py`). The plan
-lists the synthetic conditions that only change routing (make-room ones are skipped: make-room lives in
-each backend's scheduler), the trace cases (only with `trace_s`), and writes `experiment.json`'s plan
-(`marker`), which the report reads for what was skipped.
+lists the synthetic conditions that only change routing, the sage ones when a second gateway fronts
+backends that run sage (`sage_gateway`; sage lives in each backend's scheduler and cannot be switched from
+outside), the trace cases (only with `trace_s`), and writes `experiment.json`'s plan (`marker`), which the
+report reads for what ran where and what was skipped (make-room's conditions always are).
 """
 
 from __future__ import annotations
@@ -14,7 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flatshare.admission.gatewayclient import GatewayInfo
-from flatshare.admission.plan import TRACE_CONDITIONS, Condition, SyntheticPlan, TraceCase
+from flatshare.admission.plan import (
+    TRACE_CONDITIONS,
+    TRACE_SAGE_CONDITIONS,
+    Condition,
+    SyntheticPlan,
+    TraceCase,
+)
 from flatshare.admission.synthetic import LONG_FIRST, MAIN
 from flatshare.policy.routing import Thresholds
 from flatshare.workloads.tokens import DEFAULT_VOCAB, check_vocab
@@ -27,10 +34,10 @@ MAKE_ROOM_HOW = (
     "the make-room and controller+make-room cells"
 )
 SAGE_HOW = (
-    "sage runs inside each backend's scheduler and cannot be switched from outside: start the backends with "
-    '`--scheduler-cls flatshare.scheduler.SageScheduler --additional-config \'{"sage": {"enabled": true}}\'` '
-    '(serve-sim: `--scheduler sage --additional-config \'{"sage": {"enabled": true}}\'`) and run again into '
-    "another folder: its A and B runs are then the sage and controller+sage cells"
+    "sage runs inside each backend's scheduler and cannot be switched from outside: start as many backends "
+    "again with `--scheduler-cls flatshare.scheduler.SageScheduler --additional-config "
+    '\'{"sage": {"enabled": true, "cap_at_max_tokens": false}}\'` (serve-sim: `--scheduler sage '
+    "--additional-config ...`), a second gateway in front of them, and give its URL as `--sage-endpoint`"
 )
 TRACE_NOT_RUN = (
     "not run: a wall-clock replay of a trace window takes as long as the window; give --trace-seconds S to "
@@ -56,21 +63,49 @@ class EndpointPlan:
     nonce: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     priorities: bool = False
     vocab_size: int = DEFAULT_VOCAB
+    sage_gateway: GatewayInfo | None = None
+    """A second gateway whose backends run sage: the sage conditions run through it (None: skipped)."""
 
     def __post_init__(self) -> None:
+        sage = self.sage_gateway
+        if sage is not None and sage.url == self.gateway.url:
+            raise ValueError(
+                "the sage gateway must be another gateway than --endpoint (its backends run sage)"
+            )
+        if sage is not None and len(sage.backends) != len(self.gateway.backends):
+            raise ValueError(
+                f"the sage gateway has {len(sage.backends)} backends and --endpoint {len(self.gateway.backends)}: "
+                "the conditions compare like with like, give both the same number"
+            )
         if self.trace_s is not None and not self.trace_s > 0:
             raise ValueError(f"trace seconds must be > 0, got {self.trace_s}")
         if self.windows < 1 or not self.poll_s > 0 or self.alone_pause_s < 0 or not self.drain_s > 0:
             raise ValueError("windows >= 1, poll_s > 0, alone_pause_s >= 0 and drain_s > 0 are needed")
         check_vocab(self.vocab_size)
 
+    def runs(self, condition: Condition) -> bool:
+        """Whether a condition can run: not make-room's; sage's only through a sage gateway."""
+        return not condition.make_room and (not condition.sage or self.sage_gateway is not None)
+
+    def gateway_for(self, condition: Condition) -> GatewayInfo:
+        """The gateway a condition runs through: the sage gateway for sage's, else `--endpoint`'s."""
+        if condition.sage:
+            if self.sage_gateway is None:
+                raise ValueError(f"condition {condition.key} needs the sage gateway")
+            return self.sage_gateway
+        return self.gateway
+
     @property
     def conditions(self) -> tuple[Condition, ...]:
-        return tuple(c for c in self.synthetic.conditions if not (c.make_room or c.sage))
+        return tuple(c for c in self.synthetic.conditions if self.runs(c))
 
     @property
     def skipped(self) -> tuple[Condition, ...]:
-        return tuple(c for c in self.synthetic.conditions if c.make_room or c.sage)
+        return tuple(c for c in self.synthetic.conditions if not self.runs(c))
+
+    @property
+    def trace_conditions(self) -> tuple[Condition, ...]:
+        return TRACE_CONDITIONS + (TRACE_SAGE_CONDITIONS if self.sage_gateway is not None else ())
 
     @property
     def orders(self) -> list[tuple[str, bool]]:
@@ -78,7 +113,7 @@ class EndpointPlan:
 
     def count_runs(self) -> int:
         synthetic = self.synthetic.seeds * (len(self.orders) * len(self.conditions) + 1)
-        traces = len(self.traces) * self.windows * len(TRACE_CONDITIONS) if self.trace_s else 0
+        traces = len(self.traces) * self.windows * len(self.trace_conditions) if self.trace_s else 0
         return synthetic + traces
 
     def marker(self) -> dict[str, Any]:
@@ -92,6 +127,8 @@ class EndpointPlan:
             "backends": list(self.gateway.backends),
             "model": self.gateway.model,
             "original_routing": self.gateway.routing,
+            "sage_endpoint": None if self.sage_gateway is None else self.sage_gateway.url,
+            "sage_backends": None if self.sage_gateway is None else list(self.sage_gateway.backends),
             "synthetic": json_safe(dataclasses.asdict(self.synthetic)),
             "trace_s": self.trace_s,
             "windows": self.windows,

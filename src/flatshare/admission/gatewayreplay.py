@@ -17,7 +17,7 @@ import httpx
 
 from flatshare.admission.cluster import DecisionRecord
 from flatshare.admission.endpointplan import EndpointPlan
-from flatshare.admission.gatewayclient import BackendPoller, wait_idle
+from flatshare.admission.gatewayclient import BackendPoller, GatewayInfo, wait_idle
 from flatshare.admission.gatewaydecisions import decisions_from
 from flatshare.aiotasks import cancel
 from flatshare.replay.endpoints import Endpoint
@@ -41,9 +41,11 @@ async def replay_through(
     plan: EndpointPlan,
     workload: Workload,
     duration_s: float | None = None,
+    gateway: GatewayInfo | None = None,
 ) -> WallRun:
-    """Wait for idle backends, then replay `workload` through the gateway in wall time."""
-    gateway = plan.gateway
+    """Wait for idle backends, then replay `workload` through `gateway` (the plan's main one unless given)
+    in wall time."""
+    gateway = gateway or plan.gateway
     await wait_idle(client, gateway.url, plan.idle_timeout_s)
     heads: dict[str, tuple[str, str, str]] = {}
 

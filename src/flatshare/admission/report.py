@@ -283,6 +283,13 @@ def _endpoint_intro(summary: AdmissionSummary, plan: dict[str, Any]) -> list[str
         f"{summary.failed_ttft_s} s. Every number below is computed from the saved runs in `runs/`.",
         "",
     ]
+    if plan.get("sage_endpoint"):
+        sage_backends = ", ".join(f"`{b}`" for b in plan.get("sage_backends") or ())
+        lines += [
+            f"- The sage conditions ran through a second gateway, `{plan['sage_endpoint']}` (backends "
+            f"{sage_backends}, running sage), with the same workloads, seeds and routing switches.",
+            "",
+        ]
     for item in skipped.conditions:
         lines += [f"- Skipped condition `{item.key}`: {item.why}.", ""]
     if skipped.traces:

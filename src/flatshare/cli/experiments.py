@@ -147,6 +147,13 @@ def experiment_admission_endpoint(
     priorities: Annotated[
         bool, typer.Option(help="Send shorts at priority 1, the long at 10 (priority-policy backends).")
     ] = False,
+    sage_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            help="A second gateway, same token, whose backends run sage: the sage conditions run through it "
+            "[skipped]."
+        ),
+    ] = None,
 ) -> None:
     """The admission experiment through a running flatshare gateway, in wall-clock time, one run at a
     time on its backends (docs/admission.md)."""
@@ -164,6 +171,7 @@ def experiment_admission_endpoint(
         long_first=long_first,
         priorities=priorities,
         vocab_size=vocab_size,
+        sage_endpoint=sage_endpoint,
     )
     with progress_bar("admission runs", None) as advance:
         try:

@@ -75,7 +75,7 @@ def _voice_agents(_: str | None, a: Args, seed: int, mml: int | None, vocab: int
 
 
 def _voice(_: str | None, a: Args, seed: int, mml: int | None, vocab: int) -> Workload:
-    profile = VoiceProfile(turns_per_call=a["turns"])
+    profile = VoiceProfile(turns_per_call=a["turns"], system_tokens=a["voice_system"])
     return voice_calls(
         a["callers"],
         a["duration"],
@@ -196,8 +196,14 @@ KINDS: dict[str, _Kind] = {
     ),
     "voice": _Kind(
         _voice,
-        {"callers": int, "duration": float, "turns": int, "stagger": float},
-        {"callers": 2, "duration": 600.0, "turns": 10, "stagger": 5.0},
+        {"callers": int, "duration": float, "turns": int, "stagger": float, "voice_system": int},
+        {
+            "callers": 2,
+            "duration": 600.0,
+            "turns": 10,
+            "stagger": 5.0,
+            "voice_system": VoiceProfile.system_tokens,
+        },
     ),
     "agents": _Kind(
         _agents, {"n": int, "duration": float} | _AGENT_KEYS, {"n": 24, "duration": 600.0} | _AGENT_DEFAULTS
