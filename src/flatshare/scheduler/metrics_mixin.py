@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
 
+from flatshare.scheduler.base import FlatshareScheduler
 from flatshare.scheduler.exporter import SchedulerExporter
 from flatshare.scheduler.metrics_config import MetricsConfig
 
@@ -26,13 +26,12 @@ if TYPE_CHECKING:
     from vllm.v1.outputs import ModelRunnerOutput
 
 
-class MetricsMixin(Scheduler):
-    """Put first in a flatshare scheduler's bases. `metrics_name` names its series
-    (`flatshare_<metrics_name>_<counter>_total`); `flatshare_protect_priority()` splits the first-token
-    histogram into the protected class and the others; `metrics_clock` is the clock `arrival_time` was
-    taken on (the simulator sets its virtual one)."""
+class MetricsMixin(FlatshareScheduler):
+    """Put first in a flatshare scheduler's bases. Its series are named by the scheduler's settings key
+    (`flatshare_<key>_<counter>_total`, from `flatshare_counters()`); `flatshare_protect_priority()`
+    splits the first-token histogram into the protected class and the others; `metrics_clock` is the
+    clock `arrival_time` was taken on (the simulator sets its virtual one)."""
 
-    metrics_name: ClassVar[str] = "scheduler"
     metrics_clock: Callable[[], float] = staticmethod(time.time)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -42,18 +41,10 @@ class MetricsMixin(Scheduler):
         self._first_token_pending: dict[str, Request] = {}
         if not config.enabled:
             return
-        counters = getattr(self, "flatshare_counters", None)  # the scheduler's own (after this mixin)
-        if not callable(counters):
-            raise TypeError(f"{type(self).__name__} has no flatshare_counters() to export")
-        exporter = SchedulerExporter(self.metrics_name, counters)
+        exporter = SchedulerExporter(str(self.registry_entry().config_key), self.flatshare_counters)
         rank = self.vllm_config.parallel_config.data_parallel_rank_local or 0
         exporter.serve(config, port_offset=rank)
         self.flatshare_exporter = exporter
-
-    def flatshare_protect_priority(self) -> int:
-        """Requests at or below this priority value are the protected class (vLLM's default priority, 0,
-        unless the scheduler says otherwise)."""
-        return 0
 
     def add_request(self, request: Request) -> None:
         super().add_request(request)
