@@ -40,8 +40,8 @@ def _engine(alias: str, **settings: object) -> SimEngine:
 
 
 def test_the_simulator_reads_the_registry() -> None:
-    assert SCHEDULER_ALIASES == {e.alias: e.class_path for e in SCHEDULERS}
-    assert SCHEDULER_CONFIG_KEYS == {e.alias: e.config_key for e in FLATSHARE}
+    assert {e.alias: e.class_path for e in SCHEDULERS} == SCHEDULER_ALIASES
+    assert {e.alias: e.config_key for e in FLATSHARE} == SCHEDULER_CONFIG_KEYS
 
 
 def test_the_cli_help_names_every_alias() -> None:
@@ -81,7 +81,7 @@ def test_an_enabled_scheduler_refuses_a_vllm_without_an_internal_the_view_reads(
 
     assert vllm_view.missing_internals(_engine("make-room").scheduler) == []
     monkeypatch.setattr(vllm_view, "REQUIRED", (*vllm_view.REQUIRED, "_renamed_in_a_later_vllm"))
-    with pytest.raises(MakeRoomConfigError, match="lacks the scheduler internals.*_renamed_in_a_later_vllm"):
+    with pytest.raises(MakeRoomConfigError, match=r"lacks the scheduler internals.*_renamed_in_a_later_vllm"):
         _engine("make-room")
     with pytest.raises(ReserveConfigError, match="_renamed_in_a_later_vllm"):
         _engine("reserve")
