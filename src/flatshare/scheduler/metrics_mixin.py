@@ -33,11 +33,12 @@ class MetricsMixin(FlatshareScheduler):
     clock `arrival_time` was taken on (the simulator sets its virtual one)."""
 
     metrics_clock: Callable[[], float] = staticmethod(time.time)
+    flatshare_exporter: SchedulerExporter | None = None  # also for one built without __init__ (vLLM's tests)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         config = MetricsConfig.from_additional_config(self.vllm_config.additional_config)
-        self.flatshare_exporter: SchedulerExporter | None = None
+        self.flatshare_exporter = None
         self._first_token_pending: dict[str, Request] = {}
         if not config.enabled:
             return
@@ -55,7 +56,7 @@ class MetricsMixin(FlatshareScheduler):
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
     ) -> dict[int, EngineCoreOutputs]:
         outputs = super().update_from_output(scheduler_output, model_runner_output)
-        if self._first_token_pending:
+        if self.flatshare_exporter is not None and self._first_token_pending:
             self._observe_first_tokens()
         return outputs
 
