@@ -155,16 +155,10 @@ def _check_values(args: list[str]) -> Problems:
 
 def check_additional_config(text: str) -> Problems:
     """vLLM's `--additional-config` JSON, each of flatshare's sections read by its scheduler's config."""
-    from flatshare.scheduler.config import MakeRoomConfig
-    from flatshare.scheduler.reserve_config import ReserveConfig
-    from flatshare.scheduler.sage_config import SageConfig
-    from flatshare.scheduler.sglang_config import SglangPreemptConfig
+    from flatshare.schedulers import BY_CONFIG_KEY
 
     readers: dict[str, Callable[[Any], object]] = {
-        "make_room": MakeRoomConfig.from_additional_config,
-        "reserve": ReserveConfig.from_additional_config,
-        "sage": SageConfig.from_additional_config,
-        "sglang_preempt": SglangPreemptConfig.from_additional_config,
+        key: entry.load_config_class().from_additional_config for key, entry in sorted(BY_CONFIG_KEY.items())
     }
     try:
         data = json.loads(text)

@@ -105,15 +105,15 @@ def test_make_rooms_own_settings_are_checked_as_well() -> None:
 # Each engine-side baseline as make-room builds itself: (alias, its additional_config key, the class
 # path's module, the error its settings raise, the async class's name).
 BASELINES = [
-    ("reserve", "reserve", "flatshare.scheduler.reserve", ReserveConfigError, "AsyncReserveScheduler"),
+    ("reserve", "reserve", "flatshare.scheduler.base", ReserveConfigError, "AsyncReserveScheduler"),
     (
         "sglang-preempt",
         "sglang_preempt",
-        "flatshare.scheduler.sglang_preempt",
+        "flatshare.scheduler.base",
         SglangPreemptConfigError,
         "AsyncSglangPreemptScheduler",
     ),
-    ("sage", "sage", "flatshare.scheduler.sage", SageConfigError, "AsyncSageScheduler"),
+    ("sage", "sage", "flatshare.scheduler.base", SageConfigError, "AsyncSageScheduler"),
 ]
 
 

@@ -30,7 +30,7 @@ from test_make_room_invariants import (
     vllm_load_failure_stall,
 )
 
-from flatshare.scheduler import state
+from flatshare.scheduler import vllm_view
 from flatshare.sim.engine import SimEngine, SimStalledError
 from flatshare.sim.profile import load_profile
 
@@ -86,7 +86,7 @@ def test_sglang_preempt_invariants(scenario: Scenario, threshold: int) -> None:
     victims_seen: list[tuple[int, list[int]]] = []
 
     def recording(deferred: bool) -> Any:
-        candidate = state.waiting_candidate(scheduler)
+        candidate = vllm_view.waiting_candidate(scheduler)
         before = {r.request_id: r.priority for r in scheduler.running}
         acted = preempt(deferred)
         after = {r.request_id for r in scheduler.running}
@@ -163,7 +163,7 @@ def test_sage_invariants(scenario: Scenario, aging: float, cap: bool) -> None:
         stayed = [
             before[i][0]
             for i, (seq, r) in after.items()
-            if i in before and seq == before[i][1] and r.status in state.READY
+            if i in before and seq == before[i][1] and r.status in vllm_view.READY
         ]
         if admitted and stayed:
             admitted_steps[0] += 1

@@ -278,7 +278,7 @@ def test_an_unwritable_trace_path_fails_at_start_up(tmp_path: Path) -> None:
 
 
 def test_an_untested_vllm_version_is_refused_unless_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
-    import flatshare.scheduler.make_room as module
+    import flatshare.scheduler.base as module
 
     monkeypatch.delenv("FLATSHARE_ALLOW_UNTESTED_VLLM", raising=False)
     monkeypatch.setattr(module, "installed_vllm_version", lambda: "0.29.1")
@@ -373,7 +373,7 @@ def test_a_set_aside_waiting_queue_is_still_counted_inside_the_step() -> None:
 def test_prefill_deferral_is_read_as_vllm_decides_it() -> None:
     from types import SimpleNamespace
 
-    from flatshare.scheduler.state import prefills_deferred
+    from flatshare.scheduler.vllm_view import prefills_deferred
 
     decoding, prefilling = SimpleNamespace(is_prefill_chunk=False), SimpleNamespace(is_prefill_chunk=True)
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 from vllm.v1.request import RequestStatus
 
-from flatshare.scheduler import state
+from flatshare.scheduler import vllm_view
 from flatshare.sim.config import EngineConfig, fitting_model_len
 from flatshare.sim.connector import TransferJob
 from flatshare.sim.engine import SimEngine, SimResult
@@ -171,11 +171,11 @@ def test_a_finished_load_is_promoted_before_it_is_counted_so_the_watermark_appli
         assert sim.step() is not None, "voice1's load never finished"
     voice1 = scheduler.requests["voice1"]
     assert voice1.status == RequestStatus.WAITING_FOR_REMOTE_KVS
-    assert state.admission(scheduler, voice1).watermark_blocks == 0  # what make-room counted before
+    assert vllm_view.admission(scheduler, voice1).watermark_blocks == 0  # what make-room counted before
     scheduler._promote(voice1, {})
     assert voice1.status == RequestStatus.WAITING
     watermark = scheduler.kv_cache_manager.watermark_blocks
-    assert watermark > 0 and state.admission(scheduler, voice1).watermark_blocks == watermark
+    assert watermark > 0 and vllm_view.admission(scheduler, voice1).watermark_blocks == watermark
     sim.run()
     assert scheduler.make_room_stats.mispredicted_admissions == 0
 
@@ -203,9 +203,9 @@ def test_an_aux_output_connector_is_never_asked_and_make_room_stays_out() -> Non
     aux = _AuxOutputConnector()
     scheduler.aux_output_connector, real = aux, scheduler.aux_output_connector
     try:
-        assert state.unpredictable(scheduler, voice) == "aux-output connector"
-        state.admission(scheduler, voice)
+        assert vllm_view.unpredictable(scheduler, voice) == "aux-output connector"
+        vllm_view.admission(scheduler, voice)
     finally:
         scheduler.aux_output_connector = real
     assert aux.asked == []
-    assert state.unpredictable(scheduler, voice) is None
+    assert vllm_view.unpredictable(scheduler, voice) is None

@@ -15,12 +15,14 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from flatshare.schedulers import SCHEDULERS
 from flatshare.sim.options import EngineOptions
 
 ENGINE = EngineOptions()
 
 SchedulerOpt = Annotated[
-    str, typer.Option(help="vllm, make-room, sglang-preempt, reserve, sage, or a dotted Scheduler subclass.")
+    str,
+    typer.Option(help=f"{', '.join(e.alias for e in SCHEDULERS)}, or a dotted Scheduler subclass."),
 ]
 PolicyOpt = Annotated[str, typer.Option(help="vLLM scheduling policy: fcfs or priority.")]
 ProfileOpt = Annotated[str, typer.Option(help="Step-time profile: a shipped name or a JSON file.")]

@@ -16,10 +16,7 @@ Each serves its counters and first-token waits to Prometheus when `{"flatshare_m
 
 from __future__ import annotations
 
-from typing import Any
-
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-from vllm.v1.core.sched.scheduler import Scheduler
 
 from flatshare.scheduler.config import MakeRoomConfig, MakeRoomConfigError
 from flatshare.scheduler.logs import share_vllm_handler
@@ -35,79 +32,41 @@ from flatshare.scheduler.sglang_preempt import SglangPreemptCounters, SglangPree
 
 share_vllm_handler()  # in a vLLM server, make-room's log lines go where vLLM's go (scheduler/logs.py)
 
-
-def _async_scheduling(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    vllm_config = kwargs.get("vllm_config", args[0] if args else None)
-    scheduler_config = getattr(vllm_config, "scheduler_config", None)
-    return bool(getattr(scheduler_config, "async_scheduling", False))
+# Each `X(...)` builds `AsyncX` under async scheduling (`FlatshareScheduler.__new__`, scheduler/base.py).
 
 
-class MakeRoomScheduler(MetricsMixin, MakeRoomMixin, Scheduler):
+class MakeRoomScheduler(MetricsMixin, MakeRoomMixin):
     """vLLM's `Scheduler` with make-room (off unless `make_room.enabled`); built as
     `AsyncMakeRoomScheduler` when `vllm_config.scheduler_config.async_scheduling` is on."""
-
-    metrics_name = "make_room"
-
-    def flatshare_protect_priority(self) -> int:
-        return self.make_room.protect_priority
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> MakeRoomScheduler:
-        if cls is MakeRoomScheduler and _async_scheduling(args, kwargs):
-            cls = AsyncMakeRoomScheduler
-        return object.__new__(cls)
 
 
 class AsyncMakeRoomScheduler(MakeRoomScheduler, AsyncScheduler):
     """vLLM's `AsyncScheduler` with make-room: what `MakeRoomScheduler` becomes under async scheduling."""
 
 
-class SglangPreemptScheduler(MetricsMixin, SglangPreemptMixin, Scheduler):
+class SglangPreemptScheduler(MetricsMixin, SglangPreemptMixin):
     """vLLM's `Scheduler` with SGLang's priority preemption (off unless `sglang_preempt.enabled`); built as
     `AsyncSglangPreemptScheduler` under async scheduling. Its first-token histogram's protected class is
     vLLM's default priority (0) and below."""
-
-    metrics_name = "sglang_preempt"
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> SglangPreemptScheduler:
-        if cls is SglangPreemptScheduler and _async_scheduling(args, kwargs):
-            cls = AsyncSglangPreemptScheduler
-        return object.__new__(cls)
 
 
 class AsyncSglangPreemptScheduler(SglangPreemptScheduler, AsyncScheduler):
     """vLLM's `AsyncScheduler` with SGLang's priority preemption."""
 
 
-class ReserveScheduler(MetricsMixin, ReserveMixin, Scheduler):
+class ReserveScheduler(MetricsMixin, ReserveMixin):
     """vLLM's `Scheduler` with KV kept free for top-priority requests (off unless `reserve.enabled`); built
     as `AsyncReserveScheduler` under async scheduling."""
-
-    metrics_name = "reserve"
-
-    def flatshare_protect_priority(self) -> int:
-        return self.reserve.protect_priority
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> ReserveScheduler:
-        if cls is ReserveScheduler and _async_scheduling(args, kwargs):
-            cls = AsyncReserveScheduler
-        return object.__new__(cls)
 
 
 class AsyncReserveScheduler(ReserveScheduler, AsyncScheduler):
     """vLLM's `AsyncScheduler` with KV kept free for top-priority requests."""
 
 
-class SageScheduler(MetricsMixin, SageMixin, Scheduler):
+class SageScheduler(MetricsMixin, SageMixin):
     """vLLM's `Scheduler` with sage's Gittins-index order (off unless `sage.enabled`); built as
     `AsyncSageScheduler` under async scheduling. Its first-token histogram's protected class is vLLM's
     default priority (0) and below."""
-
-    metrics_name = "sage"
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> SageScheduler:
-        if cls is SageScheduler and _async_scheduling(args, kwargs):
-            cls = AsyncSageScheduler
-        return object.__new__(cls)
 
 
 class AsyncSageScheduler(SageScheduler, AsyncScheduler):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from flatshare.scheduler.sections import read_section
 
 CONFIG_KEY = "make_room"
 PIN_YIELDS = ("all", "protected")
@@ -114,11 +115,4 @@ class MakeRoomConfig:
     @classmethod
     def from_additional_config(cls, additional: Mapping[str, Any] | None) -> MakeRoomConfig:
         """Read `additional_config["make_room"]`; absent means disabled. Unknown keys are errors."""
-        section = (additional or {}).get(CONFIG_KEY, {})
-        if not isinstance(section, Mapping):
-            raise MakeRoomConfigError(f"additional_config.{CONFIG_KEY} must be a JSON object")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(section) - known)
-        if unknown:
-            raise MakeRoomConfigError(f"make_room: unknown key(s) {unknown}; valid keys: {sorted(known)}")
-        return cls(**dict(section))
+        return read_section(additional, CONFIG_KEY, cls, MakeRoomConfigError)

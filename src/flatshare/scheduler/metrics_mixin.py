@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
 
+from flatshare.scheduler.base import FlatshareScheduler
 from flatshare.scheduler.exporter import SchedulerExporter
 from flatshare.scheduler.metrics_config import MetricsConfig
 
@@ -26,34 +26,26 @@ if TYPE_CHECKING:
     from vllm.v1.outputs import ModelRunnerOutput
 
 
-class MetricsMixin(Scheduler):
-    """Put first in a flatshare scheduler's bases. `metrics_name` names its series
-    (`flatshare_<metrics_name>_<counter>_total`); `flatshare_protect_priority()` splits the first-token
-    histogram into the protected class and the others; `metrics_clock` is the clock `arrival_time` was
-    taken on (the simulator sets its virtual one)."""
+class MetricsMixin(FlatshareScheduler):
+    """Put first in a flatshare scheduler's bases. Its series are named by the scheduler's settings key
+    (`flatshare_<key>_<counter>_total`, from `flatshare_counters()`); `flatshare_protect_priority()`
+    splits the first-token histogram into the protected class and the others; `metrics_clock` is the
+    clock `arrival_time` was taken on (the simulator sets its virtual one)."""
 
-    metrics_name: ClassVar[str] = "scheduler"
     metrics_clock: Callable[[], float] = staticmethod(time.time)
+    flatshare_exporter: SchedulerExporter | None = None  # also for one built without __init__ (vLLM's tests)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         config = MetricsConfig.from_additional_config(self.vllm_config.additional_config)
-        self.flatshare_exporter: SchedulerExporter | None = None
+        self.flatshare_exporter = None
         self._first_token_pending: dict[str, Request] = {}
         if not config.enabled:
             return
-        counters = getattr(self, "flatshare_counters", None)  # the scheduler's own (after this mixin)
-        if not callable(counters):
-            raise TypeError(f"{type(self).__name__} has no flatshare_counters() to export")
-        exporter = SchedulerExporter(self.metrics_name, counters)
+        exporter = SchedulerExporter(str(self.registry_entry().config_key), self.flatshare_counters)
         rank = self.vllm_config.parallel_config.data_parallel_rank_local or 0
         exporter.serve(config, port_offset=rank)
         self.flatshare_exporter = exporter
-
-    def flatshare_protect_priority(self) -> int:
-        """Requests at or below this priority value are the protected class (vLLM's default priority, 0,
-        unless the scheduler says otherwise)."""
-        return 0
 
     def add_request(self, request: Request) -> None:
         super().add_request(request)
@@ -64,7 +56,7 @@ class MetricsMixin(Scheduler):
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
     ) -> dict[int, EngineCoreOutputs]:
         outputs = super().update_from_output(scheduler_output, model_runner_output)
-        if self._first_token_pending:
+        if self.flatshare_exporter is not None and self._first_token_pending:
             self._observe_first_tokens()
         return outputs
 

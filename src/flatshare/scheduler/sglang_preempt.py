@@ -14,8 +14,8 @@ tokens are not kept in the radix cache) and they are reset to recompute from the
 held out of later batches: no window, no bound on victims.
 
 This scheduler applies that rule, written anew (no SGLang code), before each vLLM `schedule()` step:
-1. Take the waiting request vLLM will try to admit (`state.waiting_candidate`, as make-room does).
-2. If vLLM would not admit it for blocks or seats, counted as vLLM counts (`state.admission`,
+1. Take the waiting request vLLM will try to admit (`vllm_view.waiting_candidate`, as make-room does).
+2. If vLLM would not admit it for blocks or seats, counted as vLLM counts (`vllm_view.admission`,
    `policy.fits`), choose SGLang's victims (`sglang_policy.choose`) and preempt them through vLLM's own
    path (`Scheduler._preempt_request`): their blocks go back to the pool, hashed full blocks stay in
    vLLM's prefix cache until evicted (closer to SGLang's radix cache than SGLang's own victims get), and
@@ -36,21 +36,14 @@ would put each victim back ahead of the request it was preempted for.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from vllm.v1.core.sched.request_queue import SchedulingPolicy
-from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import RequestStatus
 
-from flatshare.scheduler import sglang_policy, state
-from flatshare.scheduler.preempt import preempt_running
-from flatshare.scheduler.sglang_config import (
-    SGLANG_CONFIG_KEY,
-    SglangPreemptConfig,
-    SglangPreemptConfigError,
-)
-from flatshare.scheduler.versions import check_vllm_version, installed_vllm_version
+from flatshare.scheduler import sglang_policy, vllm_view
+from flatshare.scheduler.base import FlatshareScheduler
+from flatshare.scheduler.sglang_config import SglangPreemptConfig, SglangPreemptConfigError
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
@@ -81,35 +74,24 @@ class SglangPreemptCounters:
     acted_not_admitted: int = 0
 
 
-class SglangPreemptMixin(Scheduler):
+class SglangPreemptMixin(FlatshareScheduler):
     """Overrides `schedule()` only; everything else is vLLM's."""
+
+    alias = "sglang-preempt"
+    config_class = SglangPreemptConfig
+    config_error = SglangPreemptConfigError
+    counters_class = SglangPreemptCounters
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.sglang_preempt = SglangPreemptConfig.from_additional_config(self.vllm_config.additional_config)
-        check_vllm_version(
-            installed_vllm_version(),
-            self.sglang_preempt.allow_untested_vllm,
-            name="sglang-preempt",
-            key=SGLANG_CONFIG_KEY,
-            error=SglangPreemptConfigError,
-        )
-        self.sglang_preempt_stats = SglangPreemptCounters()
-        self._sglang_active = self.sglang_preempt.enabled and self.policy == SchedulingPolicy.PRIORITY
-        if self.sglang_preempt.enabled and not self._sglang_active:
-            log.warning(
-                "sglang-preempt acts only under --scheduling-policy priority; it stays out under fcfs"
-            )
-
-    def flatshare_counters(self) -> dict[str, int]:
-        """The counters every flatshare scheduler exposes (the simulator's `scheduler_counters`)."""
-        return asdict(self.sglang_preempt_stats)
+        self.sglang_preempt: SglangPreemptConfig = self.flatshare_config
+        self.sglang_preempt_stats: SglangPreemptCounters = self.flatshare_stats
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
-        if not self._sglang_active:
+        if not self.flatshare_active:
             return super().schedule(*args, **kwargs)
         throttle = bool(kwargs.get("throttle_prefills", args[0] if args else False))
-        acted_for = self._preempt_for_waiting(state.prefills_deferred(self, throttle))
+        acted_for = self._preempt_for_waiting(vllm_view.prefills_deferred(self, throttle))
         output = super().schedule(*args, **kwargs)
         if acted_for is not None and acted_for not in output.num_scheduled_tokens:
             request = self.requests.get(acted_for)
@@ -121,21 +103,21 @@ class SglangPreemptMixin(Scheduler):
 
     def _preempt_for_waiting(self, deferred: bool) -> str | None:
         """Preempt SGLang's victims for the request vLLM tries first; its id when it preempted."""
-        candidate = state.waiting_candidate(self)
-        if candidate is None or (deferred and state.is_prefill(candidate)):
+        candidate = vllm_view.waiting_candidate(self)
+        if candidate is None or (deferred and vllm_view.is_prefill(candidate)):
             return None
         if not any(r.priority > candidate.priority for r in self.running):
             return None  # nothing with a worse priority: vLLM decides alone
-        views = state.running_views(self, None, False, deferred)
-        need = state.admission(self, candidate)
-        refs = state.ref_counts(self, views, need)
+        views = vllm_view.running_views(self, None, False, deferred)
+        need = vllm_view.admission(self, candidate)
+        refs = vllm_view.ref_counts(self, views, need)
         choice = sglang_policy.choose(need, views, candidate.priority, self.sglang_preempt.threshold, refs)
         stats = self.sglang_preempt_stats
         stats.declined_not_enough += int(choice.declined)
         stats.within_threshold += int(choice.within_threshold)
         if not choice.victims:
             return None
-        preempt_running(self, choice.victims)
+        vllm_view.preempt_running(self, choice.victims)
         stats.preemption_events += 1
         stats.preempted_requests += len(choice.victims)
         if choice.for_seats:

@@ -1,6 +1,6 @@
 """The vLLM versions make-room is tested against, checked when the scheduler is built.
 
-make-room reads and drives vLLM scheduler internals that change between releases (see `state.py` and
+make-room reads and drives vLLM scheduler internals that change between releases (see `vllm_view.py` and
 `make_room.py`), so an untested version is refused at start-up with the list of tested ones, unless the
 user opts in (`make_room.allow_untested_vllm`, or FLATSHARE_ALLOW_UNTESTED_VLLM=1).
 """

@@ -9,20 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flatshare.errors import InputError
+from flatshare.schedulers import SCHEDULERS
 
-SCHEDULER_ALIASES = {
-    "vllm": "vllm.v1.core.sched.scheduler.Scheduler",
-    "make-room": "flatshare.scheduler.MakeRoomScheduler",
-    "sglang-preempt": "flatshare.scheduler.SglangPreemptScheduler",
-    "reserve": "flatshare.scheduler.ReserveScheduler",
-    "sage": "flatshare.scheduler.SageScheduler",
-}
-SCHEDULER_CONFIG_KEYS = {
-    "make-room": "make_room",
-    "sglang-preempt": "sglang_preempt",
-    "reserve": "reserve",
-    "sage": "sage",
-}
+SCHEDULER_ALIASES = {entry.alias: entry.class_path for entry in SCHEDULERS}
+"""Each scheduler alias's `--scheduler-cls` class path (the registry, `flatshare.schedulers`)."""
+SCHEDULER_CONFIG_KEYS = {e.alias: e.config_key for e in SCHEDULERS if e.config_key is not None}
 """The `additional_config` key each flatshare scheduler reads its settings from (docs/baselines-engine.md)."""
 POLICIES = ("fcfs", "priority")
 KV_LOAD_FAILURE_POLICIES = ("fail", "recompute")

