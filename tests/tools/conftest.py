@@ -30,3 +30,9 @@ def seed_fit() -> ModuleType:
 def step_mix() -> ModuleType:
     """`tools/step_mix.py`."""
     return _load_tool("step_mix")
+
+
+@pytest.fixture(scope="module")
+def docs_layout() -> ModuleType:
+    """`tools/docs_layout.py`."""
+    return _load_tool("docs_layout")
