@@ -1,4 +1,5 @@
-"""Every fenced block of README.md and docs/*.md is run or checked (docs/doc-tests.md).
+"""Every fenced block of the hand-written docs (README.md, docs/*.md, the results' own pages) is run or
+checked (docs/doc-tests.md).
 
 `run` blocks run here in a temporary folder by `tests/kit/doc_run.py` (free ports, waits after
 background servers, failing curls). Every other command block is checked by `tests/kit/doc_check.py`;

@@ -31,17 +31,17 @@ def _hits(pattern: re.Pattern[str], path: Path) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_internal_issue_numbers(path: Path) -> None:
     assert _hits(INTERNAL_ISSUE, path) == []
 
 
-@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_admission_rule_has_one_name(path: Path) -> None:
     assert _hits(OTHER_RULE_NAMES, path) == []
 
 
-@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_seed_means_a_random_seed(path: Path) -> None:
     assert _hits(SOURCE_AS_SEED, path) == []
 

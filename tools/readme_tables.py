@@ -1,8 +1,9 @@
-"""Rewrite the README's generated co-location tables from docs/results/colocation/summary.json
-(`flatshare.colocation.readme_tables`).
+"""Rewrite the docs' generated co-location tables from docs/results/colocation/summary.json
+(`flatshare.colocation.readme_tables`: the README's headline table, the results page's write-up and
+per-caller tables).
 
-    .venv/bin/python tools/readme_tables.py            (rewrite README.md)
-    .venv/bin/python tools/readme_tables.py --check    (exit 1 if README.md differs)
+    .venv/bin/python tools/readme_tables.py            (rewrite the pages)
+    .venv/bin/python tools/readme_tables.py --check    (exit 1 if a page differs)
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from flatshare.colocation.readme_tables import SUMMARY_PATH, render
+from flatshare.colocation.readme_tables import PAGES, SUMMARY_PATH, render
 from flatshare.colocation.summary import load_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,16 +22,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--check", action="store_true", help="only say whether README.md is up to date")
+    parser.add_argument("--check", action="store_true", help="only say whether the pages are up to date")
     args = parser.parse_args()
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    wanted = render(text, load_summary(ROOT / SUMMARY_PATH))
-    if args.check:
-        if wanted != text:
-            sys.exit("README.md's generated tables differ from summary.json: run tools/readme_tables.py")
-        return
-    readme.write_text(wanted)
+    summary = load_summary(ROOT / SUMMARY_PATH)
+    stale = []
+    for page, names in PAGES.items():
+        path = ROOT / page
+        text = path.read_text()
+        wanted = render(text, summary, names)
+        if wanted == text:
+            continue
+        stale.append(page)
+        if not args.check:
+            path.write_text(wanted)
+    if args.check and stale:
+        sys.exit(
+            f"generated tables differ from summary.json in {', '.join(stale)}: run tools/readme_tables.py"
+        )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 # vLLM's own server image with flatshare added, so `--scheduler-cls flatshare.scheduler.MakeRoomScheduler`
 # imports (deploy/kubernetes/vllm). flatshare goes in without dependencies: vLLM brings torch and the
 # rest, and the scheduler needs nothing else. The vLLM release must be one make-room was tested with
-# (README, "Supported vLLM versions").
+# (docs/real-vllm.md, "Supported vLLM versions").
 #   docker build -f deploy/docker/vllm.Dockerfile -t flatshare-vllm:0.1.0 .
 # (with this repository's .dockerignore, which lets pyproject.toml, README.md and src/ through)
 ARG VLLM_IMAGE=vllm/vllm-openai:v0.32.0

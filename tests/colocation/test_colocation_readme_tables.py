@@ -1,5 +1,6 @@
-"""The README's seed table and per-caller table are what `readme_tables` generates from the committed
-summary.json; a number changed by hand fails. summary.json reads back as written."""
+"""The docs' generated co-location tables (the README's headline table, the results page's write-up table
+and per-caller table) are what `readme_tables` generates from the committed summary.json; a number changed
+by hand fails. summary.json reads back as written."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flatshare.colocation.readme_tables import SUMMARY_PATH, render
+from flatshare.colocation.readme_tables import BLOCKS, PAGES, RESULTS_PAGE, SUMMARY_PATH, render
 from flatshare.colocation.results import ColocationSummary
 from flatshare.colocation.summary import load_summary
 
@@ -20,25 +21,41 @@ def full_run() -> ColocationSummary:
     return load_summary(ROOT / SUMMARY_PATH)
 
 
-def test_the_readme_tables_are_generated_from_summary_json(full_run: ColocationSummary) -> None:
-    text = (ROOT / "README.md").read_text()
-    assert render(text, full_run) == text, (
-        "README's tables drifted from summary.json: run tools/readme_tables.py"
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_the_docs_tables_are_generated_from_summary_json(full_run: ColocationSummary, page: str) -> None:
+    text = (ROOT / page).read_text()
+    assert render(text, full_run, PAGES[page]) == text, (
+        f"{page}'s tables drifted from summary.json: run tools/readme_tables.py"
     )
 
 
-def test_a_number_changed_by_hand_is_caught(full_run: ColocationSummary) -> None:
-    text = (ROOT / "README.md").read_text()
-    for cell in ("| 10.4 | 9.88-11.6 |", "| 2.34 s [2.30-2.40] |"):
-        assert text.count(cell) == 1
-        drifted = text.replace(cell, cell.replace("4", "5", 1))
-        assert render(drifted, full_run) == text
+def test_every_block_is_on_a_page() -> None:
+    placed = [name for names in PAGES.values() for name in names]
+    assert sorted(placed) == sorted(BLOCKS)
+
+
+@pytest.mark.parametrize(
+    ("page", "cell"),
+    [
+        (RESULTS_PAGE, "| 10.4 | 9.88-11.6 |"),
+        (RESULTS_PAGE, "| 2.34 s [2.30-2.40] | 43.9% | 2.28 s"),
+        ("README.md", "| 2.34 s [2.30-2.40] | 43.9% | 0.988 |"),
+    ],
+)
+def test_a_number_changed_by_hand_is_caught(full_run: ColocationSummary, page: str, cell: str) -> None:
+    text = (ROOT / page).read_text()
+    assert text.count(cell) == 1
+    drifted = text.replace(cell, cell.replace("4", "5", 1))
+    assert render(drifted, full_run, PAGES[page]) == text
 
 
 def test_render_wants_each_block_marked_once(full_run: ColocationSummary) -> None:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / RESULTS_PAGE).read_text()
     with pytest.raises(ValueError, match="seed-table"):
-        render(text.replace("<!-- generated: seed-table -->", ""), full_run)
+        render(text.replace("<!-- generated: seed-table -->", ""), full_run, PAGES[RESULTS_PAGE])
+    readme = (ROOT / "README.md").read_text()
+    with pytest.raises(ValueError, match="headline-table"):
+        render(readme + readme, full_run, PAGES["README.md"])
 
 
 def test_summary_json_reads_back_as_written_and_its_seed_rows_keep_their_figures(

@@ -95,5 +95,11 @@ def problems_of_form(block: Block) -> list[str]:
 
 
 def doc_files(root: Path) -> list[Path]:
-    """The docs whose blocks are tested: README.md and docs/*.md."""
-    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    """The hand-written docs, whose blocks and words are tested: README.md, docs/*.md, and the results' own
+    pages (docs/results/CHANGELOG.md, docs/results/*/README.md; the reports and tables beside them are
+    written by the experiments)."""
+    results = root / "docs" / "results"
+    pages = sorted(results.glob("*/README.md"))
+    if (results / "CHANGELOG.md").exists():
+        pages.insert(0, results / "CHANGELOG.md")
+    return [root / "README.md", *sorted((root / "docs").glob("*.md")), *pages]

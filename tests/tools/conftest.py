@@ -36,3 +36,9 @@ def step_mix() -> ModuleType:
 def gpu_steps() -> ModuleType:
     """`tools/gpu_steps.py`."""
     return _load_tool("gpu_steps")
+
+
+@pytest.fixture(scope="module")
+def docs_layout() -> ModuleType:
+    """`tools/docs_layout.py`."""
+    return _load_tool("docs_layout")

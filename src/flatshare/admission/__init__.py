@@ -1,4 +1,4 @@
-"""The admission experiment (second seed): does routing long requests away from KV pressure cut the p95
+"""The admission experiment (the proposal): does routing long requests away from KV pressure cut the p95
 time to first token of co-running short requests?
 
 Several simulated engines (vLLM's own scheduler on a virtual clock) sit behind the same routing functions

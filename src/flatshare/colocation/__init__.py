@@ -1,2 +1,2 @@
 """The co-location experiment (the main job): a voice agent beside coding agents under stock vLLM
-and make-room, on the first seed's setup; an instance of `flatshare.lab`."""
+and make-room, on the write-up's setup; an instance of `flatshare.lab`."""

@@ -1,4 +1,4 @@
-"""The seed fit's loss: the distance of a run's stock-vLLM figures to the seed's fitted rows.
+"""The preset fit's loss: the distance of a run's stock-vLLM figures to the write-up's fitted rows.
 
 It reads only rows of kind `fitted` (`flatshare.colocation.seed_table.RowKind`), and only the figures of
 `FIT_CONDITIONS` (`alone` and `vllm-priority`): it refuses any other row, and reads the summary through a

@@ -1,4 +1,4 @@
-"""The first seed's table beside flatshare's: each figure the seed reports, what this experiment measured,
+"""The write-up's table beside flatshare's: each figure the write-up reports, what this experiment measured,
 and what kind of row it is.
 
 Seed figures are from `shared/seeds/000` (2 callers, 24 agents, voice at top priority, 512-token steps unless

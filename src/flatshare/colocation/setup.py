@@ -1,4 +1,4 @@
-"""The co-location experiment's engine and workload setup, and the `seed` preset: the first seed's setup.
+"""The co-location experiment's engine and workload setup, and the `seed` preset: the write-up's setup.
 
 The seed (`shared/seeds/000`) states: a voice agent taking 2 calls (later rounds 4 and 6) beside 24 replayed
 Claude Code sessions, one small model on a single 24 GB consumer card, vLLM tuned "the way an operator would

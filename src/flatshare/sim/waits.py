@@ -1,4 +1,4 @@
-"""Where each request's time before its first token goes, step by step (the first seed's Figure 02, split).
+"""Where each request's time before its first token goes, step by step (the write-up's Figure 02, split).
 
 The ledger follows every request from the moment it is sent until the step that samples its first token,
 and charges each stretch of that time to one part. The parts add up to the measured time to first token:

@@ -1,4 +1,4 @@
-"""`leaseholder`: the first seed's gateway (its first design, "Leaseholder, after the leases it would hold
+"""`leaseholder`: the write-up's gateway (its first design, "Leaseholder, after the leases it would hold
 on each session's memory"): it watches events, a caller starting to speak or an agent's tool call
 coming back, and keeps room for the next voice turn. The seed names three mechanisms; a gateway can only
 hold back, pace or rewrite what it sends, so here each is one concrete rule, per backend:
