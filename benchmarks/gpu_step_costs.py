@@ -295,7 +295,7 @@ def device_ceilings(device: torch.device) -> dict[str, float]:
     return {"copy_bytes_per_s": 2 * 2**30 / copy_s, "bf16_matmul_flops_per_s": 2 * 8192**3 / mm_s}
 
 
-def scaled(shape: Shape, smoke: bool) -> tuple[tuple, tuple, tuple, tuple]:
+def scaled(smoke: bool) -> tuple[tuple, tuple, tuple, tuple]:
     if not smoke:
         return LINEAR_TOKENS, DECODE, PREFILL, STEPS
     return (1, 8, 64), ((2, 512),), ((16, 512),), ((2, 512, 16, 512, 1), (2, 64, 0, 0, 0))
@@ -307,7 +307,7 @@ def measure(
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(0)
     model = Layers(shape, device, dtype)
-    linear_tokens, decode, prefill, steps = scaled(shape, smoke)
+    linear_tokens, decode, prefill, steps = scaled(smoke)
     graphs = device.type == "cuda"
     result: dict = {"linear": [], "decode_attention": [], "prefill_attention": [], "steps": []}
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from flatshare.sim import derive
-from flatshare.sim.gpu_steps import StepsFile, fit_attention, median_abs, priced, read_steps
+from flatshare.sim.gpu_steps import AttentionFit, StepsFile, fit_attention, median_abs, priced, read_steps
 from flatshare.sim.linear_fit import LinearFit, fit_card, point_errors, score, sig
 from flatshare.sim.measured import CARDS, Card
 from flatshare.sim.profile import StepTimeProfile, load_profile
@@ -50,16 +50,16 @@ def kv_tokens(m: StepsFile) -> tuple[int, str]:
     total_gib = 143771 / 1024  # nvidia-smi's memory.total on the measured card, MiB
     weights_gib = (m.info["params"] + VOCAB * m.shape.hidden * 2) * 2 / GIB  # layers + embedding and LM head
     kv_gib = 0.9 * total_gib - weights_gib - 3.3
-    tokens = int(kv_gib * GIB / (m.layers * m.shape.kv_heads * 128 * 2 * 2)) // 16 * 16
+    per_token = derive.Setup(m.shape, m.layers, VOCAB, H200.peak_flops_per_s, 1).kv_bytes_per_token
+    tokens = int(kv_gib * GIB / per_token) // 16 * 16
     note = (
         f"0.9 x {total_gib:.1f} GiB = {0.9 * total_gib:.1f} GiB, minus {weights_gib:.2f} GiB of weights and ~3.3 GiB "
-        f"of activations / CUDA graphs: {kv_gib:.1f} GiB = {tokens:,} tokens of 128 KiB"
+        f"of activations / CUDA graphs: {kv_gib:.1f} GiB = {tokens:,} tokens of {per_token // 1024} KiB"
     )
     return tokens, note
 
 
-def build_profile(m: StepsFile, fitted: LinearFit) -> StepTimeProfile:
-    att = fit_attention(m)
+def build_profile(m: StepsFile, fitted: LinearFit, att: AttentionFit) -> StepTimeProfile:
     tokens, note = kv_tokens(m)
     setup = derive.Setup(m.shape, m.layers, VOCAB, H200.peak_flops_per_s, tokens)
     lin = fitted.linear
@@ -114,8 +114,8 @@ def pct(x: float) -> str:
     return f"{x:+.0%}"
 
 
-def page(m: StepsFile, fitted: LinearFit, profile: StepTimeProfile) -> str:
-    info, att = m.info, fit_attention(m)
+def page(m: StepsFile, fitted: LinearFit, profile: StepTimeProfile, att: AttentionFit) -> str:
+    info = m.info
     assert profile.linear is not None
     lines = [
         "# Step costs measured on an H200 (Llama-3-8B shape)",
@@ -250,8 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     # to every measured pass by tests/sim/test_gpu_steps.py) and compares both files.
     shipped = load_profile(H200.profile).linear if args.check else None
     linear = score(shipped, m.measured(H200)) if shipped else fit_card(m.measured(H200))
-    profile = build_profile(m, linear)
-    outputs = {PROFILE: json.dumps(profile.to_dict(), indent=2) + "\n", PAGE: page(m, linear, profile)}
+    att = fit_attention(m)
+    profile = build_profile(m, linear, att)
+    outputs = {PROFILE: json.dumps(profile.to_dict(), indent=2) + "\n", PAGE: page(m, linear, profile, att)}
     changed = [p for p, text in outputs.items() if not p.exists() or p.read_text() != text]
     for path in changed:
         if not args.check:

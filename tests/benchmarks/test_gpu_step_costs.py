@@ -54,3 +54,14 @@ def test_a_file_that_is_not_a_measurement_is_refused(tmp_path: Path) -> None:
         read_steps(bad)
     with pytest.raises(InputError, match="not found"):
         read_steps(tmp_path / "missing.json")
+
+
+def test_replays_below_one_are_refused(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--smoke", "--replays", "0", "--out", str(tmp_path / "x.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and "--replays must be at least 1" in done.stderr
+    assert not (tmp_path / "x.json").exists()
