@@ -312,7 +312,10 @@ class MakeRoomMixin(MechanismsMixin):
         views = vllm_view.running_views(self, threshold, config.hold_decode, deferred)
         need = vllm_view.admission(self, candidate)
         refs = vllm_view.ref_counts(self, views, need)
-        if self._pins is not None and len(self._pins):
+        # Counted as unpinned only for a request the pin yields to: under "protected" an unprotected
+        # request's allocation keeps the pins (the soak's case: r1 preempted for r5, refused at 50 of 50
+        # blocks). The pin's stall release (nothing else runs) is left out: make-room then stays out.
+        if self._pins is not None and len(self._pins) and self._pin_yields_to_class(candidate):
             need, refs = self._as_if_unpinned(need, refs)
         choice = policy.choose_victims(
             need, views, candidate.priority, config.max_victims, refs, config.preempt_for_seats, next_step

@@ -105,11 +105,16 @@ class MechanismsMixin(FlatshareScheduler):
             self._pending_trace.get("pins_released_short", 0) + released
         )
 
+    def _pin_yields_to_class(self, request: Request) -> bool:
+        """Whether the pin gives way to `request`'s allocations by its class alone (`pin_yields_to`):
+        always under "all", under "protected" for a protected request. No side effect."""
+        return self.make_room.pin_yields_to == "all" or request.priority <= self.make_room.protect_priority
+
     def _pin_yields(self, request: Request) -> bool:
         """Whether the pin gives way to an allocation vLLM refuses for `request` (`pin_yields_to`): always
         under "all"; under "protected" for a protected request, and for any request when no other runs (a
         pin must never leave the engine with nothing to schedule)."""
-        if self.make_room.pin_yields_to == "all" or request.priority <= self.make_room.protect_priority:
+        if self._pin_yields_to_class(request):
             return True
         if not any(r is not request for r in self.running):
             return True
