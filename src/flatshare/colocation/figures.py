@@ -139,13 +139,16 @@ def cdf_figure(runs: list[SavedRun], summary: ColocationSummary, pipeline: Voice
 
 
 def kv_figure(runs: list[SavedRun], summary: ColocationSummary, path: Path, window_tokens: int = 48) -> None:
-    """KV use over time, preemptions marked, protected reply windows shaded (first run of each)."""
+    """KV use over time, preemptions marked, protected reply windows shaded (first run of each of
+    `vllm-priority` and `make-room-t48`; a panel saying so when the plan has neither)."""
     callers = summary.callers[0]
     shown = [k for k in ("vllm-priority", "make-room-t48") if k in summary.conditions]
     fig, axes = plt.subplots(
         len(shown), 1, figsize=(10, 2.6 * max(len(shown), 1)), squeeze=False, sharex=True
     )
-    for ax, key in zip(axes[:, 0], shown, strict=True):
+    if not shown:
+        axes[0, 0].text(0.5, 0.5, "no vllm-priority nor make-room-t48 in this plan", ha="center")
+    for ax, key in zip(axes[:, 0], shown, strict=False):
         run = min((r for r in runs if r.condition == key and r.callers == callers), key=lambda r: r.seed)
         t = [s["t"] for s in run.samples]
         ax.plot(t, [s["kv_usage"] for s in run.samples], lw=0.8)
