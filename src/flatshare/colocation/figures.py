@@ -143,11 +143,11 @@ def kv_figure(runs: list[SavedRun], summary: ColocationSummary, path: Path, wind
     `vllm-priority` and `make-room-t48`; a panel saying so when the plan has neither)."""
     callers = summary.callers[0]
     shown = [k for k in ("vllm-priority", "make-room-t48") if k in summary.conditions]
-    fig, axes = plt.subplots(
-        len(shown), 1, figsize=(10, 2.6 * max(len(shown), 1)), squeeze=False, sharex=True
-    )
+    rows = max(len(shown), 1)
+    fig, axes = plt.subplots(rows, 1, figsize=(10, 2.6 * rows), squeeze=False, sharex=True)
     if not shown:
         axes[0, 0].text(0.5, 0.5, "no vllm-priority nor make-room-t48 in this plan", ha="center")
+        axes[0, 0].set_axis_off()
     for ax, key in zip(axes[:, 0], shown, strict=False):
         run = min((r for r in runs if r.condition == key and r.callers == callers), key=lambda r: r.seed)
         t = [s["t"] for s in run.samples]

@@ -133,7 +133,7 @@ def _panel(ax: Axes, callers: int, block: CallerResult, goal: Goal) -> None:
 def frontier_figure(summary: ColocationSummary, path: Path, goal: Goal = GOAL) -> None:
     """Write `path` (PNG): one panel per caller count of `summary`."""
     n = len(summary.callers)
-    fig, axes = plt.subplots(1, n, figsize=(6.5 * n, 6), squeeze=False)
+    fig, axes = plt.subplots(1, n, figsize=(8 * n, 7), squeeze=False)
     for ax, callers in zip(axes[0], summary.callers, strict=True):
         _panel(ax, callers, summary.by_callers[callers], goal)
     fig.tight_layout()
