@@ -9,12 +9,15 @@ from pathlib import Path
 import pytest
 
 from flatshare.colocation import figures
-from flatshare.colocation.frontier import PUBLISHED, frontier_points
+from flatshare.colocation.ablation import ablation_rows
+from flatshare.colocation.frontier import PUBLISHED, frontier_figure, frontier_points
 from flatshare.colocation.report import build_report
+from flatshare.colocation.results import CallerResult, ColocationSummary
 from flatshare.colocation.runs import FACTS, SavedRun, load_runs, run_dir
 from flatshare.colocation.summary import load_summary, summarize
 from flatshare.runfiles.records import ReplayRecord
 from flatshare.runfiles.run import write_run
+from summarykit import condition
 
 DURATION_S = 100.0
 
@@ -152,3 +155,22 @@ def test_the_kv_figure_without_vllm_priority_nor_make_room_t48(tmp_path: Path) -
     runs: list[SavedRun] = load_runs(tmp_path)
     figures.kv_figure(runs, summarize(runs), tmp_path / "kv.png")
     assert (tmp_path / "kv.png").stat().st_size > 0
+
+
+def test_a_plan_without_alone_has_no_target_and_draws_no_point(tmp_path: Path) -> None:
+    """The real-engine quick preset runs only vllm-priority and make-room-t48: no target, no y."""
+    block = {
+        key: condition(
+            n_voice_turns=10, voice_turn_p95_s=p95, agent_throughput_ratio=rate, agent_ttft_max_s=5.0
+        )
+        for key, p95, rate in (("vllm-priority", 9.0, 1.0), ("make-room-t48", 2.0, 0.97))
+    }
+    summary = ColocationSummary(2, 1.25, (2, 4), {n: CallerResult(None, block) for n in (2, 4)})
+    assert frontier_points(summary.first) == []
+    frontier_figure(summary, tmp_path / "frontier.png")
+    assert (tmp_path / "frontier.png").stat().st_size > 0
+    t48 = [r for r in ablation_rows(summary) if r.condition == "make-room-t48"]
+    assert [(r.callers, r.meets_p95, r.meets_over_target, r.meets_agent_rate, r.meets_goal) for r in t48] == [
+        (2, None, None, True, None),
+        (4, None, None, True, None),
+    ]

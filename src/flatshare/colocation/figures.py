@@ -109,7 +109,8 @@ def stages_figure(summary: ColocationSummary, path: Path) -> None:
         bottom += values
     ax.set_xticks(range(len(keys)), keys, rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("seconds (mean over voice turns)")
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # runs without stage timings draw no bar
+        ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     plt.close(fig)
