@@ -109,7 +109,8 @@ def stages_figure(summary: ColocationSummary, path: Path) -> None:
         bottom += values
     ax.set_xticks(range(len(keys)), keys, rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("seconds (mean over voice turns)")
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # runs without stage timings draw no bar
+        ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     plt.close(fig)
@@ -139,13 +140,16 @@ def cdf_figure(runs: list[SavedRun], summary: ColocationSummary, pipeline: Voice
 
 
 def kv_figure(runs: list[SavedRun], summary: ColocationSummary, path: Path, window_tokens: int = 48) -> None:
-    """KV use over time, preemptions marked, protected reply windows shaded (first run of each)."""
+    """KV use over time, preemptions marked, protected reply windows shaded (first run of each of
+    `vllm-priority` and `make-room-t48`; a panel saying so when the plan has neither)."""
     callers = summary.callers[0]
     shown = [k for k in ("vllm-priority", "make-room-t48") if k in summary.conditions]
-    fig, axes = plt.subplots(
-        len(shown), 1, figsize=(10, 2.6 * max(len(shown), 1)), squeeze=False, sharex=True
-    )
-    for ax, key in zip(axes[:, 0], shown, strict=True):
+    rows = max(len(shown), 1)
+    fig, axes = plt.subplots(rows, 1, figsize=(10, 2.6 * rows), squeeze=False, sharex=True)
+    if not shown:
+        axes[0, 0].text(0.5, 0.5, "no vllm-priority nor make-room-t48 in this plan", ha="center")
+        axes[0, 0].set_axis_off()
+    for ax, key in zip(axes[:, 0], shown, strict=False):
         run = min((r for r in runs if r.condition == key and r.callers == callers), key=lambda r: r.seed)
         t = [s["t"] for s in run.samples]
         ax.plot(t, [s["kv_usage"] for s in run.samples], lw=0.8)

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from flatshare import safeout
-from flatshare.colocation import figures
+from flatshare.colocation import figures, frontier
+from flatshare.colocation.ablation_markdown import ablation_lines, how_to_read
 from flatshare.colocation.engine_words import engine_lines, engine_words, shared_fact
+from flatshare.colocation.goal import GOAL
 from flatshare.colocation.results import ColocationSummary, ConditionResult
 from flatshare.colocation.runs import SavedRun, load_runs, run_dir
 from flatshare.colocation.seed_markdown import seed_counts_line, seed_table_lines
@@ -20,8 +22,6 @@ from flatshare.colocation.summary import BASELINE, summarize
 from flatshare.listen.voice import VoicePipeline
 from flatshare.sim.waits import WAIT_PARTS
 
-GOAL_OVER_TARGET = 0.02
-GOAL_THROUGHPUT = 0.97
 COLUMNS = (
     ("voice_turn_p50_s", "turn p50 s"),
     ("voice_turn_p95_s", "turn p95 s"),
@@ -64,39 +64,55 @@ def _table(conditions: Mapping[str, ConditionResult]) -> list[str]:
     return lines
 
 
-def _meets(m: ConditionResult, target: float) -> bool:
-    return (
-        m.voice_turn_p95_s is not None
-        and m.voice_turn_p95_s <= target
-        and (m.voice_over_target_frac or 0) <= GOAL_OVER_TARGET
-        and (m.agent_throughput_ratio or 0) >= GOAL_THROUGHPUT
-    )
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _goal(summary: ColocationSummary) -> list[str]:
     lines = [
-        f"Goal: a make-room variant keeps the voice p95 within the target, with at most "
-        f"{GOAL_OVER_TARGET:.0%} of turns over it, at every caller count, while agents keep at least "
-        f"{GOAL_THROUGHPUT:.0%} of their `{BASELINE}` throughput.",
+        f"Goal (`flatshare.colocation.goal`): every voice turn within target (turns over it at most "
+        f"{GOAL.over_target_points * 100:g} point above `alone`'s at the same caller count, turn p95 within "
+        f"it) while the agents keep at least {GOAL.agent_rate:.0%} of `{BASELINE}`'s token rate and their "
+        f"slowest first-token wait is at most {GOAL.agent_wait_factor:g}x stock's.",
         "",
     ]
-    for callers, block in summary.by_callers.items():
-        target = block.target_s
-        variants = {
-            k: m for k, m in block.conditions.items() if k.startswith("make-room") and m.n_voice_turns
-        }
-        if not variants or target is None:
+    for callers in summary.callers:
+        block = summary.by_callers[callers]
+        rows = [r for r in summary.ablation if r.callers == callers and r.condition != BASELINE]
+        if not rows or block.target_s is None:
             continue
-        meeting = sorted(k for k, m in variants.items() if _meets(m, target))
-        shown = variants.get("make-room-t48") or next(iter(variants.values()))
+        meeting = [f"`{r.condition}`" for r in rows if r.meets_goal]
+        shown = next((r for r in rows if r.condition == "make-room-t48"), rows[0])
         lines.append(
-            f"- {callers} callers (target {target:.2f} s): `make-room-t48` p95 {shown.voice_turn_p95_s:.2f} s, "
-            f"{shown.voice_over_target_frac:.1%} over, agents at {_cell(shown.agent_throughput_ratio)} of "
-            f"`{BASELINE}`. Variants meeting the goal: "
-            + (", ".join(f"`{k}`" for k in meeting) if meeting else "**none**")
+            f"- {callers} callers (target {block.target_s:.2f} s): `{shown.condition}` p95 "
+            f"{_seconds(shown.turn_p95_s)} s, {_share(shown.over_target)} over, agents at "
+            f"{_cell(shown.agent_rate)} of `{BASELINE}`. Variants meeting the goal: "
+            + (", ".join(meeting) if meeting else "**none**")
             + "."
         )
     return lines
+
+
+def _ablation(summary: ColocationSummary) -> list[str]:
+    """make-room's ablation at each caller count, and the frontier figure beside it."""
+    if not summary.ablation:
+        return []
+    lines = ["## make-room's ablation, and the frontier", "", how_to_read(), ""]
+    for callers in summary.callers:
+        table = ablation_lines(summary.ablation, callers)
+        if table:
+            block = summary.by_callers[callers]
+            alone = block.conditions.get("alone")
+            heading = f"### {callers} callers (target {_seconds(block.target_s)} s, `alone` " + (
+                f"{_share(alone.voice_over_target_frac)} over)" if alone else "not run)"
+            )
+            lines += [heading, "", *table, ""]
+    figure = "![frontier: agents' token rate against voice turns over target](frontier.png)"
+    return [*lines, figure, "", frontier.CAPTION, ""]
 
 
 def _ordering(summary: ColocationSummary) -> list[str]:
@@ -223,6 +239,7 @@ def write_report(
     lines += [*_goal(summary), "", *_ordering(summary), ""]
     if summary.setup:
         lines += ["## Setup", "", *unstated_lines(dict(summary.setup)), ""]
+    lines += _ablation(summary)
     lines += _seed(summary)
     lines += _baselines(summary)
     lines += [*_waits(summary.conditions), ""]
@@ -294,6 +311,7 @@ def build_report(out: Path) -> ColocationSummary:
     figures.stages_figure(summary, out / "stages.png")
     figures.cdf_figure(runs, summary, pipeline, out / "cdf.png")
     figures.kv_figure(runs, summary, out / "kv.png")
+    frontier.frontier_figure(summary, out / "frontier.png")
     seeds = len({r.seed for r in runs})
     plan_line = f"{len(runs)} runs: caller counts {list(summary.callers)}, {seeds} seeds per condition."
     write_report(out, summary, plan_line, render_worst_turn(out, runs, summary.callers[0]))

@@ -128,6 +128,38 @@ class SeedComparisonRow:
 
 
 @dataclass(frozen=True)
+class AblationRow:
+    """One make-room variant at one caller count beside the variant below it
+    (`flatshare.colocation.ablation`): its figures, what each changed over `below`'s (`*_delta`, this
+    minus below's; None without a `below`), and its verdict on each criterion of the goal
+    (`flatshare.colocation.goal`; None where these runs cannot judge it). `below`: the nearest ancestor
+    present in the runs along the ablation's edges (None for the root, `vllm-priority`); `adds`: what
+    this variant adds over it. `agent_rate`: agents' token rate / `vllm-priority`'s; `agent_wait`: their
+    slowest first-token wait / `vllm-priority`'s."""
+
+    callers: int
+    condition: str
+    below: str | None
+    adds: str
+    over_target: float | None
+    over_target_ci: tuple[float, float] | None
+    over_target_delta: float | None
+    turn_p95_s: Seconds
+    turn_p95_delta_s: Seconds
+    agent_rate: float | None
+    agent_rate_delta: float | None
+    agent_wait: float | None
+    meets_over_target: bool | None
+    meets_p95: bool | None
+    meets_agent_rate: bool | None
+    meets_agent_wait: bool | None
+    meets_goal: bool | None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
 class ColocationSummary:
     """The whole experiment: one `CallerResult` per caller count; the first (smallest) is the headline."""
 
@@ -138,6 +170,7 @@ class ColocationSummary:
     seed_comparison: tuple[SeedComparisonRow, ...] = ()
     setup: Mapping[str, Any] | None = None
     engine: Mapping[str, Any] | None = None  # what the runs ran on (`engine.json`'s `engine`), when shared
+    ablation: tuple[AblationRow, ...] = ()  # derived from by_callers (`flatshare.colocation.ablation`)
 
     def __post_init__(self) -> None:
         if not self.callers or set(self.callers) != set(self.by_callers):
@@ -166,13 +199,14 @@ class ColocationSummary:
             "callers": list(self.callers),
             "by_callers": {str(n): block.to_json() for n, block in self.by_callers.items()},
             "seed_comparison": [row.to_json() for row in self.seed_comparison],
+            "ablation": [row.to_json() for row in self.ablation],
             "setup": None if self.setup is None else dict(self.setup),
         } | ({"engine": dict(self.engine)} if self.engine else {})
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ColocationSummary:
-        """The measurements of a `to_json()`; `seed_comparison` is derived from them and left empty here
-        (`flatshare.colocation.summary.load_summary` derives it again, with today's seed table)."""
+        """The measurements of a `to_json()`; `seed_comparison` and `ablation` are derived from them and left
+        empty here (`flatshare.colocation.summary.load_summary` derives them again, with today's tables)."""
         by_callers = {
             int(n): CallerResult(
                 block["target_s"], {k: ConditionResult.from_json(m) for k, m in block["conditions"].items()}

@@ -22,7 +22,12 @@ least n long), `seed_comparison` (the first seed's table beside these figures, `
 per row `row`, `seed`, `flatshare`, `ratio`, `ci`, `kind` (`fitted`, `calibrated` or `prediction`), `hit`, and
 for voice-turn rows `seed_engine_s` and `engine_s`, the turn less the fixed voice pipeline, on which they are
 judged; `spread_low` and `spread_high`, the row's range over the seed fit's near-optimal set when the
-experiment folder holds its runs under `spread/`, else null),
+experiment folder holds its runs under `spread/`, else null), `ablation` (make-room's variants beside
+the variant below each, `flatshare.colocation.ablation`: per row `callers`, `condition`, `below`, `adds`,
+`over_target` with `over_target_ci` and `over_target_delta`, `turn_p95_s` and `turn_p95_delta_s`,
+`agent_rate` (to `vllm-priority`) and `agent_rate_delta`, `agent_wait` (agents' slowest first-token wait
+over `vllm-priority`'s), and the goal's verdicts `meets_over_target`, `meets_p95`, `meets_agent_rate`,
+`meets_agent_wait`, `meets_goal`: true, false, or null where the runs cannot judge),
 `voice_wait_parts_mean_s` (mean seconds of each turn's time before its first token by part,
 `flatshare.sim.waits.WAIT_PARTS`, over turns with a first token and a ledger; the parts add up to
 `voice_wait_total_mean_s`, the mean time to first token of the same turns) and `voice_wait_kv_share`
@@ -45,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from flatshare import jsonin
+from flatshare.colocation.ablation import ablation_rows
 from flatshare.colocation.results import CallerResult, ColocationSummary, ConditionResult, PairedComparison
 from flatshare.colocation.runs import SavedRun
 from flatshare.colocation.seed_table import seed_comparison, spreads_over
@@ -246,7 +252,8 @@ def summarize(
     engine: dict[str, Any] | None = None,
     near_optimal: Sequence[ColocationSummary] = (),
 ) -> ColocationSummary:
-    """The whole summary (see the module docstring) from saved runs; `setup` and `engine` are recorded
+    """The whole summary (see the module docstring) from saved runs, with make-room's ablation
+    (`flatshare.colocation.ablation`); `setup` and `engine` are recorded
     as given. `near_optimal`: the same plan's summaries at the other points of the seed fit's near-optimal
     set, whose range each row of the write-up's table carries (`flatshare.colocation.seed_table.spreads_over`)."""
     pipeline = pipeline or VoicePipeline()
@@ -281,12 +288,14 @@ def summarize(
         engine=engine,
     )
     spreads = spreads_over(summary, near_optimal) if near_optimal else None
-    return dataclasses.replace(summary, seed_comparison=seed_comparison(summary, spreads))
+    return dataclasses.replace(
+        summary, seed_comparison=seed_comparison(summary, spreads), ablation=ablation_rows(summary)
+    )
 
 
 def load_summary(path: Path) -> ColocationSummary:
-    """A `summary.json` (version 1 or 2) as written, its seed rows derived again from its measurements by
-    today's seed table (so an older file reads with today's row kinds and tolerances), with the spreads the
+    """A `summary.json` (version 1 or 2) as written, its seed rows and ablation derived again from its
+    measurements by today's tables (so an older file reads with today's row kinds and tolerances), with the spreads the
     file's rows carry."""
     data = jsonin.read_object(path)
     try:
@@ -298,4 +307,6 @@ def load_summary(path: Path) -> ColocationSummary:
         }
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(f"{path}: not a co-location summary.json ({type(exc).__name__}: {exc})") from exc
-    return dataclasses.replace(summary, seed_comparison=seed_comparison(summary, spreads))
+    return dataclasses.replace(
+        summary, seed_comparison=seed_comparison(summary, spreads), ablation=ablation_rows(summary)
+    )

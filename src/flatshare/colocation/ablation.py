@@ -1,0 +1,124 @@
+"""make-room's ablation: each variant beside the variant below it, at each caller count, with its verdict on
+each criterion of the goal (`flatshare.colocation.goal`).
+
+"The variant below" is written down, not parsed from condition keys: `EDGES` lists each variant with its
+parent (the condition it adds one thing to) and what it adds. A run that lacks a parent is compared with
+the nearest ancestor it holds; a variant the run lacks has no row. The root is stock vLLM with voice at top
+priority (`vllm-priority`), shown first as the reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from flatshare.colocation.goal import GOAL, STOCK, Goal, agent_wait_ratio, judge
+from flatshare.colocation.results import AblationRow, CallerResult
+
+if TYPE_CHECKING:
+    from flatshare.colocation.results import ColocationSummary
+
+
+@dataclass(frozen=True)
+class Edge:
+    """`child` is `parent` plus `adds`."""
+
+    child: str
+    parent: str
+    adds: str
+
+
+_T48 = "make-room-t48"
+EDGES = (
+    Edge("make-room-preempt", STOCK, "preemption for a waiting voice turn"),
+    *(Edge(f"make-room-t{t}", "make-room-preempt", f"the prefill hold, window T={t}") for t in (8, 16)),
+    *(Edge(f"make-room-t{t}", "make-room-t16", f"a wider window, T={t}") for t in (24, 32, 48, 64)),
+    Edge("make-room-t48-decode", _T48, "the decode hold"),
+    Edge("make-room-t48-256", _T48, "256-token steps"),
+    Edge("make-room-t48-256-decode", "make-room-t48-256", "the decode hold"),
+    Edge("make-room-t48-pin", _T48, "the prefix pin (10% of KV)"),
+    Edge("make-room-t48-pinres", "make-room-t48-pin", "the pin yields to protected turns"),
+    Edge("make-room-t48-tail", _T48, "small tails recomputed, not loaded"),
+    Edge("make-room-t48-hint", _T48, "arrival hints"),
+    Edge("make-room-t48-sentence", _T48, "the hold ends at the first sentence"),
+    Edge("make-room-t48-pinres-tail", "make-room-t48-pinres", "small tails recomputed, not loaded"),
+    Edge("make-room-t48-pin-tail-hint", "make-room-t48-pin", "small tails recomputed, and arrival hints"),
+    Edge("make-room-t48-pinres-tail-hint", "make-room-t48-pinres-tail", "arrival hints"),
+    Edge(
+        "make-room-t48-pinres-tail-hint-sentence",
+        "make-room-t48-pinres-tail-hint",
+        "the hold ends at the first sentence",
+    ),
+)
+PARENT: Mapping[str, Edge] = {e.child: e for e in EDGES}
+
+
+def below(key: str, present: Mapping[str, object]) -> str | None:
+    """The nearest ancestor of `key` along `EDGES` that `present` holds (None: none, or `key` is the root)."""
+    edge = PARENT.get(key)
+    while edge is not None:
+        if edge.parent in present:
+            return edge.parent
+        edge = PARENT.get(edge.parent)
+    return None
+
+
+def _delta(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round(a - b, 4)
+
+
+def _adds(key: str, lower: str | None) -> str:
+    """What `key` adds over `lower`: its edge's words, joined along the path when ancestors are missing."""
+    words: list[str] = []
+    edge = PARENT.get(key)
+    while edge is not None:
+        words.insert(0, edge.adds)
+        if edge.parent == lower:
+            break
+        edge = PARENT.get(edge.parent)
+    return "; ".join(words) if lower is not None else ""
+
+
+def _row(callers: int, key: str, block: CallerResult, goal: Goal) -> AblationRow:
+    m = block.conditions[key]
+    lower = below(key, block.conditions)
+    b = block.conditions[lower] if lower is not None else None
+    ci = m.voice_call_ci.get("voice_over_target_frac")
+    verdict = judge(m, block, goal)
+    return AblationRow(
+        callers=callers,
+        condition=key,
+        below=lower,
+        adds=_adds(key, lower),
+        over_target=m.voice_over_target_frac,
+        over_target_ci=None if ci is None else (ci[0], ci[1]),
+        over_target_delta=None if b is None else _delta(m.voice_over_target_frac, b.voice_over_target_frac),
+        turn_p95_s=m.voice_turn_p95_s,
+        turn_p95_delta_s=None if b is None else _delta(m.voice_turn_p95_s, b.voice_turn_p95_s),
+        agent_rate=m.agent_throughput_ratio,
+        agent_rate_delta=None if b is None else _delta(m.agent_throughput_ratio, b.agent_throughput_ratio),
+        agent_wait=agent_wait_ratio(m, block),
+        meets_over_target=verdict.over_target,
+        meets_p95=verdict.p95,
+        meets_agent_rate=verdict.agent_rate,
+        meets_agent_wait=verdict.agent_wait,
+        meets_goal=verdict.met,
+    )
+
+
+def _keys() -> Iterator[str]:
+    yield STOCK
+    yield from (e.child for e in EDGES)
+
+
+def ablation_rows(summary: ColocationSummary, goal: Goal = GOAL) -> tuple[AblationRow, ...]:
+    """One row per variant of `EDGES` (and the root) present with voice turns, caller count by caller
+    count, in `EDGES`' order."""
+    return tuple(
+        _row(callers, key, summary.by_callers[callers], goal)
+        for callers in summary.callers
+        for key in _keys()
+        if key in summary.by_callers[callers].conditions
+        and summary.by_callers[callers].conditions[key].n_voice_turns
+    )
