@@ -139,9 +139,14 @@ def cdf_figure(runs: list[SavedRun], summary: ColocationSummary, pipeline: Voice
 
 
 def kv_figure(runs: list[SavedRun], summary: ColocationSummary, path: Path, window_tokens: int = 48) -> None:
-    """KV use over time, preemptions marked, protected reply windows shaded (first run of each)."""
+    """KV use over time, preemptions marked, protected reply windows shaded (first run of each): stock
+    priority and make-room T=48, or, in an experiment of neither, its first two conditions."""
     callers = summary.callers[0]
     shown = [k for k in ("vllm-priority", "make-room-t48") if k in summary.conditions]
+    shown = (
+        shown
+        or [k for k in summary.conditions if any(r.condition == k and r.callers == callers for r in runs)][:2]
+    )
     fig, axes = plt.subplots(
         len(shown), 1, figsize=(10, 2.6 * max(len(shown), 1)), squeeze=False, sharex=True
     )
