@@ -122,3 +122,17 @@ def test_a_replay_through_the_real_gateway_tells_its_gate_when_callers_speak_and
     assert counters["events_caller_speaking"] == 2 and counters["events_tool_returned"] == 2
     assert counters["leases"] == 2  # each lease on the session's backend: the session header reached the gate
     assert ledger.samples and {name for name, _ in ledger.samples} == {engine.url}
+
+
+def test_a_gateway_that_cannot_start_is_a_server_error_quoting_its_log(tmp_path: Path) -> None:
+    from flatshare.colocation.gateways import GatewaySpec
+    from flatshare.testing.vllm_server import VllmServer, VllmServerError
+
+    table = {"baseline": "agent-cap", "baseline_settings": {"no_such_setting": 1}}
+    spec = GatewaySpec(table, startup_timeout_s=60.0).written(tmp_path, "http://127.0.0.1:9")
+    server = VllmServer(spec, log_dir=tmp_path)
+    with pytest.raises(VllmServerError) as failed:
+        server.start()
+    assert "gateway exited with code 2 while starting" in str(failed.value)
+    assert "no_such_setting" in str(failed.value) and server.log_path.name.startswith("gateway-")
+    assert not server.running()
