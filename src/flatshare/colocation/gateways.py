@@ -18,7 +18,7 @@ import secrets
 import shlex
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -44,7 +44,8 @@ class Gated(Protocol):
 @dataclass(frozen=True)
 class GatewaySpec:
     """One `flatshare gateway` with a baseline (`flatshare.testing.vllm_server.ServerSpec`): `settings`
-    is its config file's table, `backend` the engine's URL, `config_path` where that file is."""
+    is its config file's table; `backend` (the engine's URL) and `config_path` (where that file is) are
+    placeholders until `written` sets them."""
 
     settings: Mapping[str, Any]
     backend: str = "URL"
@@ -68,7 +69,7 @@ class GatewaySpec:
         """This gateway in front of `backend`, its config file written into `folder`."""
         path = folder / "gateway.json"
         path.write_text(json.dumps(dict(self.settings), indent=2, sort_keys=True) + "\n")
-        return GatewaySpec(self.settings, backend, path, self.admin_token, self.startup_timeout_s)
+        return replace(self, backend=backend, config_path=path)
 
     def shell_line(self, backend_port: str = "PORT", port: str = "GATEWAY_PORT") -> str:
         """The command as one shell line (`--dry-run`): the engine's and the gateway's ports as placeholders,
