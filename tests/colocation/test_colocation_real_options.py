@@ -21,10 +21,6 @@ BASE = ["experiment", "colocation", "--quick"]
         (["--engine", "gpu"], "--engine must be sim or vllm"),
         (["--model", "m"], "--model, --vllm-arg and --dry-run go with --engine vllm"),
         (["--engine", "vllm", "--model", "m", "--device", "tpu"], "--device must be cpu, gpu or auto"),
-        (
-            ["--engine", "vllm", "--model", "m", "--device", "cpu", "--conditions", "agent-cap"],
-            "gateway-side baselines are not run on real engines",
-        ),
     ],
 )
 def test_bad_options_stop_before_any_run(tmp_path: Path, extra: list[str], words: str) -> None:
@@ -47,6 +43,25 @@ def test_the_cpu_preset_dry_run_names_its_servers(tmp_path: Path) -> None:
         assert "--enforce-eager" in line and "--block-size 32" in line and "--no-async-scheduling" in line
         assert "--max-model-len 819" in line and "--num-gpu-blocks-override 70" in line
         assert "kv-offloading" not in line
+    assert not out.exists()
+
+
+def test_a_gateway_side_baseline_dry_run_names_its_engine_and_the_gateway_in_front(tmp_path: Path) -> None:
+    out = tmp_path / "exp"
+    args = [*BASE, "--out", str(out), "--engine", "vllm", "--model", "tiny", "--device", "cpu", "--dry-run"]
+    result = CliRunner().invoke(app, [*args, "--conditions", "vllm-priority,agent-cap"], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    servers = [line for line in lines if line.startswith("server ")]
+    gateways = [line for line in lines if line.startswith("gateway ")]
+    assert [line.split(":")[0] for line in servers] == ["server vllm-priority", "server agent-cap"]
+    assert servers[0].split(":", 1)[1] == servers[1].split(":", 1)[1]  # the baseline's engine is stock
+    assert len(gateways) == 1 and gateways[0].startswith("gateway agent-cap: ")
+    assert (
+        "python -m flatshare.cli gateway --config gateway.json --backend http://127.0.0.1:$PORT"
+        in gateways[0]
+    )
+    assert '"baseline": "agent-cap", "baseline_settings": {"max_agents_per_backend": 4}' in gateways[0]
     assert not out.exists()
 
 

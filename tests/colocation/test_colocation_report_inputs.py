@@ -54,6 +54,14 @@ def test_no_alone_condition_builds_a_report_without_a_target(experiment: Path) -
     assert all(m["voice_over_target_frac"] is None for m in summary["conditions"].values())
 
 
+def test_an_experiment_of_one_gateway_side_baseline_reports_with_its_kv_figure(tmp_path: Path) -> None:
+    _save(tmp_path, "leaseholder", 0.5)  # neither vllm-priority nor make-room-t48 (the figure's usual pair)
+    result = runner.invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "![KV use](kv.png)" in (tmp_path / "report.md").read_text()
+    assert (tmp_path / "kv.png").stat().st_size > 0
+
+
 def test_a_callers_folder_that_is_not_a_number(experiment: Path) -> None:
     _save(experiment, "alone", 0.3, callers="cfoo")
     _report_refused(experiment, "cfoo")

@@ -46,3 +46,23 @@ def test_records_name_the_backend_the_gateway_chose() -> None:
     assert seen == {"a/0": "round_robin", "a/1": None, "b/0": "round_robin", "b/1": None}
     assert "/metrics" not in paths and ledger.samples == []
     assert all(schema_problems(r.to_json()) == [] for r in ledger.records.values())
+
+
+def test_session_headers_name_each_requests_session_and_a_voice_turns_first_sentence() -> None:
+    server = FakeServer()
+    voice = session(
+        "call", 2, pause_s=0.01, cls="voice", priority=0, speech_tokens_per_s=500, first_sentence=3
+    )
+    work = workload(voice, session("agent", 1))
+    for on in (False, True):
+        server.headers.clear()
+        options = WallClockOptions(sample_metrics=False, session_headers=on)
+        asyncio.run(run_wallclock(work, [GATEWAY], Ledger(), options, transport=server.transport()))
+        sent = {
+            rid: (h.get("x-flatshare-session"), h.get("x-flatshare-first-sentence-tokens"))
+            for rid, h in server.headers.items()
+        }
+        if on:
+            assert sent == {"call/0": ("call", "3"), "call/1": ("call", "3"), "agent/0": ("agent", None)}
+        else:
+            assert set(sent.values()) == {(None, None)}

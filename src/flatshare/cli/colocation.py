@@ -144,6 +144,7 @@ def experiment_colocation(
         pick_conditions,
         run_plan,
     )
+    from flatshare.colocation.gateways import gateway_spec
     from flatshare.colocation.report import build_report
     from flatshare.colocation.servers import real_engine, serve_spec
     from flatshare.lab.executors import make_executor
@@ -196,9 +197,10 @@ def experiment_colocation(
             real_setup, chosen = chosen.adopt(plan.setup)
             plan = dataclasses.replace(plan, setup=real_setup, engine=chosen, workers=1)
             specs = {c.key: serve_spec(c, plan.setup, chosen) for c in plan.conditions}
+            fronts = {c.key: gateway_spec(c) for c in plan.conditions}
             resources = chosen.ray_resources()
             if dry_run:
-                _print_real_plan(plan, specs)
+                _print_real_plan(plan, specs, fronts)
                 return
         pool = make_executor(executor, 1 if real and executor == "local" else workers, ray_address, resources)
     except InputError as exc:
@@ -226,8 +228,9 @@ def experiment_colocation(
     typer.echo(f"report: {out / 'report.md'}  summary: {out / 'summary.json'}")
 
 
-def _print_real_plan(plan: Any, specs: dict[str, Any]) -> None:
-    """`--dry-run`: the plan, then one server per condition (each started once per caller count and seed)."""
+def _print_real_plan(plan: Any, specs: dict[str, Any], fronts: dict[str, Any]) -> None:
+    """`--dry-run`: the plan, then one server per condition (each started once per caller count and seed),
+    and the gateway in front of a gateway-side baseline's."""
     jobs = list(plan.jobs())
     setup = plan.setup
     typer.echo(
@@ -242,6 +245,8 @@ def _print_real_plan(plan: Any, specs: dict[str, Any]) -> None:
     )
     for condition in plan.conditions:
         typer.echo(f"server {condition.key}: {specs[condition.key].shell_line()}")
+        if fronts[condition.key] is not None:
+            typer.echo(f"gateway {condition.key}: {fronts[condition.key].shell_line()}")
 
 
 @experiment_app.command("colocation-beside")

@@ -140,14 +140,19 @@ def cdf_figure(runs: list[SavedRun], summary: ColocationSummary, pipeline: Voice
 
 
 def kv_figure(runs: list[SavedRun], summary: ColocationSummary, path: Path, window_tokens: int = 48) -> None:
-    """KV use over time, preemptions marked, protected reply windows shaded (first run of each of
-    `vllm-priority` and `make-room-t48`; a panel saying so when the plan has neither)."""
+    """KV use over time, preemptions marked, protected reply windows shaded (first run of each): stock
+    priority and make-room T=48, or, in an experiment of neither, its first two conditions (a panel
+    saying so when no run is there)."""
     callers = summary.callers[0]
     shown = [k for k in ("vllm-priority", "make-room-t48") if k in summary.conditions]
+    shown = (
+        shown
+        or [k for k in summary.conditions if any(r.condition == k and r.callers == callers for r in runs)][:2]
+    )
     rows = max(len(shown), 1)
     fig, axes = plt.subplots(rows, 1, figsize=(10, 2.6 * rows), squeeze=False, sharex=True)
     if not shown:
-        axes[0, 0].text(0.5, 0.5, "no vllm-priority nor make-room-t48 in this plan", ha="center")
+        axes[0, 0].text(0.5, 0.5, "no run to show in this plan", ha="center")
         axes[0, 0].set_axis_off()
     for ax, key in zip(axes[:, 0], shown, strict=False):
         run = min((r for r in runs if r.condition == key and r.callers == callers), key=lambda r: r.seed)

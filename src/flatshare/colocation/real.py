@@ -12,13 +12,23 @@ whatever happens. The run folder has the simulated runs' layout and record forma
 model, device, hardware, vLLM version, scale, notes), `server_args`, `startup_s`, and `preemptions`
 from vLLM's own counter. Its server log is kept as `server.log` in the run folder.
 
-A server that does not start, or exits during the run, raises `VllmServerError` and saves nothing (the
+A gateway-side baseline (a condition with a `gate`) runs on the stock engine with a fresh real
+`flatshare gateway` in front (`flatshare.colocation.gateways`), started once the engine is healthy, on
+loopback at a free port, with the condition's baseline and settings. The warm-up goes to the engine
+directly; the replay goes through the gateway with the session headers and the gate's events
+(`flatshare.replay.gatewayevents`), while the engine's own `/metrics` is sampled. Once the replay is over the
+gate's counters are read from the gateway's `/metrics` into `gate_counters`, and `gate` names the
+baseline and settings, as a simulated run saves them; the gateway's config table is `gateway_settings`
+and its log `gateway.log`. The gateway is stopped (its process group) before the engine.
+
+A server (engine or gateway) that does not start, or exits during the run, raises `VllmServerError` and saves nothing (the
 executor names the condition and seed); the other runs go on. Requests that fail on a live server are
 recorded as failed, as in any replay.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import platform
@@ -29,9 +39,11 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from flatshare.colocation.gateways import gate_counters, gateway_spec
 from flatshare.colocation.runs import FACTS, run_dir
 from flatshare.colocation.servers import SERVED_NAME, RealEngine, serve_spec
 from flatshare.policy.classes import AGENT_PRIORITY, VOICE_PRIORITY
+from flatshare.replay.gatewayevents import GatewayEvents
 from flatshare.runfiles.files import atomic_folder
 from flatshare.runfiles.run import write_run
 from flatshare.runfiles.samples import sample_rows
@@ -114,34 +126,76 @@ async def warm_up(url: str, n: int) -> None:
 async def _replay(
     url: str, n_warmup: int, workload: Workload, ledger: Ledger, options: WallClockOptions
 ) -> None:
+    """Warm the engine up, then replay into `ledger` against it."""
     from flatshare.replay.endpoints import Endpoint
     from flatshare.replay.wallclock import run_wallclock
 
     await warm_up(url, n_warmup)
-    endpoint = Endpoint(url, SERVED_NAME)
-    await run_wallclock(workload, [endpoint], ledger, options)
+    await run_wallclock(workload, [Endpoint(url, SERVED_NAME)], ledger, options)
+
+
+async def _replay_through(
+    url: str,
+    events: GatewayEvents,
+    n_warmup: int,
+    workload: Workload,
+    ledger: Ledger,
+    options: WallClockOptions,
+) -> dict[str, float]:
+    """Warm the engine up (directly: the gate counts the run's requests only), replay through the gateway
+    (engine sampled at `url`, events told to the gate), and read the gate's counters once it is over."""
+    from flatshare.replay.endpoints import Endpoint
+    from flatshare.replay.wallclock import run_wallclock
+
+    await warm_up(url, n_warmup)
+    gateway, engine = Endpoint(events.url, SERVED_NAME), Endpoint(url, SERVED_NAME)
+    await run_wallclock(workload, [gateway], ledger, options, events=events, sample_from=[engine])
+    async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as client:
+        response = await client.get(f"{events.url}/metrics")
+        response.raise_for_status()
+    return gate_counters(response.text)
 
 
 def run_real_one(
     out: Path, condition: Condition, callers: int, seed: int, plan: ColocationPlan, real: RealEngine
 ) -> str:
-    """Run one (condition, callers, seed) on a fresh real server and save it (module docstring)."""
+    """Run one (condition, callers, seed) on a fresh real server (a gateway-side baseline: with a fresh
+    gateway in front) and save it (module docstring)."""
     from flatshare.colocation.experiment import build_workload, engine_config
     from flatshare.replay.ledger import Ledger
     from flatshare.replay.wallclock import WallClockOptions, run_in_loop
     from flatshare.testing.vllm_server import VllmServer, VllmServerError
 
-    spec = serve_spec(condition, plan.setup, real)
+    spec, front = serve_spec(condition, plan.setup, real), gateway_spec(condition)
     workload, workload_name = build_workload(condition, callers, seed, plan, vocab_size=real.vocab_size)
-    options = WallClockOptions(duration_s=plan.duration_s, grace_s=plan.drain_s, read_timeout_s=120.0)
+    options = WallClockOptions(
+        duration_s=plan.duration_s,
+        grace_s=plan.drain_s,
+        read_timeout_s=120.0,
+        session_headers=front is not None,
+    )
     ledger = Ledger()
     logs = Path(tempfile.mkdtemp(prefix="flatshare-colocation-"))
     server = VllmServer(spec, log_dir=logs)
+    gateway: VllmServer | None = None
     try:
-        with server:
-            run_in_loop(_replay(server.url, real.warmup_requests, workload, ledger, options))
-            if not server.running():  # its requests failed: a broken run, not a measurement
-                raise VllmServerError(f"vLLM server exited during the run\n{server.log_tail()}")
+        with contextlib.ExitStack() as running:  # the gateway (entered last) stops first
+            running.enter_context(server)
+            counters = None
+            if front is None:
+                run_in_loop(_replay(server.url, real.warmup_requests, workload, ledger, options))
+            else:
+                front = front.written(logs, server.url)
+                gateway = running.enter_context(VllmServer(front, log_dir=logs))
+                events = GatewayEvents(gateway.url, front.admin_token)
+                counters = run_in_loop(
+                    _replay_through(server.url, events, real.warmup_requests, workload, ledger, options)
+                )
+            for process in (server, gateway):
+                if process is not None and not process.running():  # a broken run, not a measurement
+                    raise VllmServerError(
+                        f"{process.config.label} exited during the run\n{process.log_tail()}"
+                    )
             label = engine_label(real, plan, server.url)
             preemptions = max((s.preemptions_total for _, s in ledger.samples), default=0)
             last = run_in_loop(_last_preemptions(server.url))
@@ -159,10 +213,18 @@ def run_real_one(
             "scheduler_counters": {},
             "replay_stats": ledger.stats.to_json(),
         }
+        if front is not None and gateway is not None:
+            facts["gate"] = {"name": condition.gate, "settings": dict(condition.gate_settings or {})}
+            facts["gate_counters"] = counters or {}
+            facts["gateway_settings"] = dict(front.settings)
         with atomic_folder(folder) as tmp:
             write_run(tmp, ledger.sorted_records(), sample_rows(ledger.samples), facts, facts_file=FACTS)
             shutil.copyfile(server.log_path, tmp / "server.log")
+            if gateway is not None:
+                shutil.copyfile(gateway.log_path, tmp / "gateway.log")
     finally:
+        if gateway is not None:
+            gateway.stop()
         server.stop()
         shutil.rmtree(logs, ignore_errors=True)
     return str(folder)

@@ -116,6 +116,7 @@ class ServeSpec:
     startup_timeout_s: float = 600.0
     engine_niceness: int = 0
     host: str = "127.0.0.1"
+    label: str = "vLLM server"
 
     def command(self, port: int) -> list[str]:
         return [
@@ -137,15 +138,11 @@ class ServeSpec:
 
 
 def serve_spec(condition: Condition, setup: Setup, real: RealEngine) -> ServeSpec:
-    """The server one condition runs on (module docstring). `setup` is the real one (`real_setup`)."""
+    """The server one condition runs on (module docstring). `setup` is the real one (`real_setup`). A
+    gateway-side baseline's engine is its stock scheduler; the gateway in front is `gateways.py`'s."""
     from flatshare.colocation.experiment import engine_config
     from flatshare.sim.profile import load_profile
 
-    if condition.gate is not None:
-        raise ValueError(
-            f"{condition.key}: gateway-side baselines are not run on real engines yet (engine-side "
-            "conditions only)"
-        )
     config = engine_config(condition, setup)
     block = real.block_size
     blocks = config.kv_tokens // block

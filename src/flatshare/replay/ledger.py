@@ -58,7 +58,8 @@ class Clock:
 @dataclass
 class RunStats:
     """What a wall-clock run saw besides the records: waits for a concurrency slot, the most requests
-    in flight at once, scrape failures by endpoint (and the last one's message), requests cut at the end."""
+    in flight at once, scrape failures by endpoint (and the last one's message), requests cut at the end,
+    and the events sent to a gateway's baseline and those that failed (`flatshare.replay.gatewayevents`)."""
 
     slot_waits: int = 0
     max_slot_wait_s: float = 0.0
@@ -66,6 +67,8 @@ class RunStats:
     sample_errors: dict[str, int] = field(default_factory=dict)
     last_sample_error: dict[str, str] = field(default_factory=dict)
     cut: int = 0
+    events_sent: int = 0
+    event_errors: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "max_slot_wait_s": round(self.max_slot_wait_s, 6)}

@@ -5,7 +5,9 @@ The body (built by `flatshare.replay.body`): `prompt` as token ids, `max_tokens`
 model runs to `max_tokens`, as the simulator does), `temperature: 0`, `stream: true` and
 `stream_options: {include_usage, continuous_usage_stats}` (vLLM then reports the running token count on
 every chunk, see `flatshare.protocol.sse`). The header `X-Request-Id` carries the workload request id (vLLM
-uses it as the base of its own request id, so server logs name the same request).
+uses it as the base of its own request id, so server logs name the same request). With `session_headers`
+(a flatshare gateway with a baseline in front), `X-Flatshare-Session` names the request's session and a
+voice turn's `X-Flatshare-First-Sentence-Tokens` its first sentence's tokens (`flatshare.gateway.proxy`).
 
 Outcomes, all recorded (nothing raises): `ok` (the stream ended with `[DONE]` and a finish reason other
 than `abort`/`error`); `refused` (an HTTP error status, or an error chunk with a 4xx code before any
@@ -39,6 +41,8 @@ from flatshare.workloads.model import WorkloadRequest
 
 FAILED_REASONS = ("abort", "error")
 BACKEND_HEADER = "x-flatshare-backend"
+SESSION_HEADER = "X-Flatshare-Session"  # flatshare.gateway.tenants reads these two
+FIRST_SENTENCE_HEADER = "X-Flatshare-First-Sentence-Tokens"
 OnResponse = Callable[[str, httpx.Headers], None]
 
 
@@ -50,12 +54,15 @@ async def stream_request(
     clock: Clock,
     send_priority: bool = True,
     on_response: OnResponse | None = None,
+    session_headers: bool = False,
 ) -> None:
     """Send `request` to `endpoint` and fill `record` as the stream arrives (see the module docstring).
 
     Cancelling leaves `record` as far as it got (the caller marks it failed)."""
     content = request_body(request, endpoint.model, send_priority)
     headers = {"Content-Type": "application/json", "X-Request-Id": request.id, "Accept-Encoding": "identity"}
+    if session_headers:
+        headers |= gateway_headers(request)
     tally = StreamTally()
     record.token_times_s = tally.token_times_s  # tokens show in the record as they arrive
     record.send_s = clock.now()
@@ -92,6 +99,14 @@ async def _read(response: httpx.Response, tally: StreamTally, clock: Clock, net:
     encoded = response.headers.get("content-encoding", "identity") != "identity"
     async for data in response.aiter_bytes() if encoded else response.aiter_raw():
         reader.feed(data, _stamp(clock, getattr(net, "received_s", None), None))
+
+
+def gateway_headers(request: WorkloadRequest) -> dict[str, str]:
+    """The headers a flatshare gateway's baseline reads: the session, and a voice turn's first sentence."""
+    headers = {SESSION_HEADER: request.session_id}
+    if request.first_sentence_tokens is not None:
+        headers[FIRST_SENTENCE_HEADER] = str(request.first_sentence_tokens)
+    return headers
 
 
 def _stamp(clock: Clock, perf_s: float | None, fallback: float | None) -> float:

@@ -10,7 +10,14 @@ Bounds: at most `max_concurrency` requests are in flight (a request due while al
 its `send_s` is when it really went out, and `ledger.stats` counts the waits). No request is issued
 after `duration_s`; requests still running `grace_s` later are cancelled (the client disconnects, so
 vLLM aborts them) and recorded as failed. Every endpoint's `/metrics` is sampled every
-`sample_interval_s` (unless `sample_metrics` is off: a gateway's /metrics has no vLLM readings).
+`sample_interval_s` (unless `sample_metrics` is off: a gateway's /metrics has no vLLM readings), or the
+`sample_from` endpoints' instead (a gateway replayed, the engine behind it sampled).
+
+In front of a flatshare gateway's baseline (`session_headers`, and `events`: `flatshare.replay.gatewayevents`)
+each request names its session, and the gate hears what the virtual-time driver tells it: `tool_returned`
+just before an agent session's next request goes out, `caller_speaking` when a voice session's caller
+starts speaking (when the previous reply has been spoken, i.e. the next turn's due time less its
+`pause_before_s`), for turns due within `duration_s`.
 
 Nothing issued is dropped: `run_wallclock` writes into a `Ledger` that the caller owns, and on any exit
 (done, cut, cancelled as by Ctrl-C) the ledger closes every unfinished request as `failed`, with error
@@ -32,6 +39,7 @@ from flatshare import httpclient
 from flatshare.replay import body
 from flatshare.replay.clients import ClientPool
 from flatshare.replay.endpoints import Endpoint, sticky_index
+from flatshare.replay.gatewayevents import CALLER_SPEAKING, TOOL_RETURNED, GatewayEvents
 from flatshare.replay.ledger import Ledger
 from flatshare.replay.sampler import Sampler
 from flatshare.replay.stream import OnResponse, stream_request
@@ -50,7 +58,8 @@ class WallClockOptions:
     requests may run on after `duration_s`. `read_timeout_s`: the longest silence within one response.
     `send_priority`: put the request's `priority` in the body (a vLLM server without
     `--scheduling-policy priority` refuses a non-zero one). `sample_metrics`: scrape each endpoint's
-    `/metrics` (off when the caller samples the engines another way).
+    `/metrics` (off when the caller samples the engines another way). `session_headers`: send the
+    session and first-sentence headers a flatshare gateway's baseline reads (`flatshare.replay.stream`).
     """
 
     max_concurrency: int = 256
@@ -61,6 +70,7 @@ class WallClockOptions:
     sample_interval_s: float = 0.5
     send_priority: bool = True
     sample_metrics: bool = True
+    session_headers: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.max_concurrency, bool) or self.max_concurrency < 1:
@@ -87,8 +97,10 @@ class _Driver:
         clients: ClientPool,
         on_progress: Progress | None,
         on_response: OnResponse | None = None,
+        events: tuple[GatewayEvents, httpx.AsyncClient] | None = None,
     ) -> None:
         self.on_response = on_response
+        self.events = events
         self.workload = workload
         self.endpoints = endpoints
         self.options = options
@@ -107,6 +119,8 @@ class _Driver:
             if until is not None and due > until:
                 return
             await self.ledger.clock.sleep_until(due)
+            if k > 0 and session.speech_tokens_per_s is None:
+                await self._event(TOOL_RETURNED, session.id)
             record = self.ledger.issue(request, endpoint.name, due)
             queued = self.ledger.clock.now()
             async with self.slots, self.clients.lend(endpoint.url) as client:
@@ -120,6 +134,7 @@ class _Driver:
                         self.ledger.clock,
                         self.options.send_priority,
                         self.on_response,
+                        self.options.session_headers,
                     )
                 finally:
                     self.in_flight -= 1
@@ -130,6 +145,14 @@ class _Driver:
                 assert record.end_s is not None
                 n = len(record.token_times_s)
                 due = session.issue_s(k + 1, record.end_s, n, record.first_sentence_s)
+                if session.speech_tokens_per_s is not None and (until is None or due <= until):
+                    await self.ledger.clock.sleep_until(due - session.requests[k + 1].pause_before_s)
+                    await self._event(CALLER_SPEAKING, session.id)
+
+    async def _event(self, kind: str, session_id: str) -> None:
+        if self.events is not None:
+            events, client = self.events
+            await events.post(client, kind, session_id, self.stats)
 
     def _sent(self, request_id: str, queued: float) -> None:
         self.ledger.sent(request_id)
@@ -166,11 +189,14 @@ async def run_wallclock(
     on_progress: Progress | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     on_response: OnResponse | None = None,
+    events: GatewayEvents | None = None,
+    sample_from: Sequence[Endpoint] | None = None,
 ) -> None:
     """Replay `workload` against `endpoints` in wall time, recording into `ledger` (see the module
     docstring). `ledger.clock` is the run's clock; samples go to `ledger.samples`, counters to
     `ledger.stats`. `transport` replaces the network (tests). `on_response(request_id, headers)` sees
-    each answer's headers as they arrive."""
+    each answer's headers as they arrive. `events`: a gateway's baseline to tell of callers speaking and
+    tools returning; `sample_from`: the endpoints whose `/metrics` are sampled (default: `endpoints`)."""
     if not endpoints:
         raise ValueError("run_wallclock needs at least one endpoint")
     options = options or WallClockOptions()
@@ -181,8 +207,9 @@ async def run_wallclock(
     async with httpclient.async_client(probe_timeout, verify=clients.ssl, transport=transport) as probe:
         if not ledger.records:
             ledger.clock.start()  # second 0 is when the sessions start, after the set-up
-        driver = _Driver(workload, endpoints, options, ledger, clients, on_progress, on_response)
-        sampled = endpoints if options.sample_metrics else []
+        told = (events, probe) if events is not None else None
+        driver = _Driver(workload, endpoints, options, ledger, clients, on_progress, on_response, told)
+        sampled = (endpoints if sample_from is None else sample_from) if options.sample_metrics else []
         samplers = [Sampler(probe, e.url, ledger.clock.now, options.sample_interval_s) for e in sampled]
         sampling = [asyncio.create_task(s.run(), name=f"metrics {s.url}") for s in samplers]
         try:

@@ -83,6 +83,7 @@ class VllmServerConfig:
     # cores, the API server at 0.1 of a core and streams silent for 11 s while the engine decoded. It orders
     # vLLM's processes against the caller's because the server stays in the caller's session (see above).
     engine_niceness: int = 0
+    label: str = "vLLM server"  # what errors call it
 
     def __post_init__(self) -> None:
         for name in ("max_model_len", "num_gpu_blocks", "block_size", "max_num_batched_tokens"):
@@ -137,7 +138,12 @@ class VllmServerConfig:
 
 class ServerSpec(Protocol):
     """What `VllmServer` needs of a configuration: `VllmServerConfig` (tests), or another command line
-    (`flatshare.colocation.servers.ServeSpec`, the co-location experiment's real engines)."""
+    (`flatshare.colocation.servers.ServeSpec`, the co-location experiment's real engines; or another server
+    with a `/health` route, `flatshare.colocation.gateways.GatewaySpec`). `label` names it in errors and
+    its log file (`<first word, lower case>-<port>.log`)."""
+
+    @property
+    def label(self) -> str: ...
 
     @property
     def host(self) -> str: ...
@@ -154,14 +160,15 @@ class ServerSpec(Protocol):
 
 
 class VllmServer:
-    """One running vLLM server process (and its process group). Use as a context manager."""
+    """One running vLLM server process (and its process group), or any server a `ServerSpec` describes.
+    Use as a context manager."""
 
     def __init__(self, config: ServerSpec, log_dir: Path | None = None) -> None:
         self.config = config
         self.port = free_port(config.host)
         self.url = f"http://{config.host}:{self.port}"
         directory = log_dir if log_dir is not None else Path(tempfile.mkdtemp(prefix="flatshare-vllm-"))
-        self.log_path = directory / f"vllm-{self.port}.log"
+        self.log_path = directory / f"{config.label.split()[0].lower()}-{self.port}.log"
         self.startup_s: float | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -204,13 +211,13 @@ class VllmServer:
             code = self._process.poll()
             if code is not None:
                 raise VllmServerError(
-                    f"vLLM server exited with code {code} while starting\n{self.log_tail()}"
+                    f"{self.config.label} exited with code {code} while starting\n{self.log_tail()}"
                 )
             if self.healthy():
                 return
             time.sleep(0.5)
         raise VllmServerError(
-            f"vLLM server not healthy after {self.config.startup_timeout_s:.0f} s\n{self.log_tail()}"
+            f"{self.config.label} not healthy after {self.config.startup_timeout_s:.0f} s\n{self.log_tail()}"
         )
 
     def _renice_engine(self, increment: int) -> None:
@@ -268,7 +275,7 @@ class VllmServer:
         if isinstance(error, Exception) and self._process is not None:
             code = self._process.poll()
             state = "still running" if code is None else f"had exited with code {code}"
-            error.add_note(f"vLLM server {self.url} {state} when this was raised\n{self.log_tail()}")
+            error.add_note(f"{self.config.label} {self.url} {state} when this was raised\n{self.log_tail()}")
         self.stop()
 
 
