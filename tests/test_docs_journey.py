@@ -8,12 +8,14 @@ preemptions made for protected requests. About 3 minutes on 2 cores (more while 
 machine).
 
 make-room acts on every run, whatever the machine's load: the page's server has two seats
-(`--max-num-seqs 2`) and the six agents have more calls than the minute takes, so their backlog holds
-both seats through the minute, and a voice turn that arrives then can only be seated by make-room's seat
-preemption (`preempt_for_seats`). A loaded machine makes the agents slower and the backlog longer. (With
-the cache made small instead, and no bound on seats, the voice turns found free blocks on a loaded
-machine and make-room rightly did nothing: 0 preemptions in one CI run of three.) Every command of the
-journey is bounded, so a broken step fails the test rather than hanging it.
+(`--max-num-seqs 2`) and a cache far larger than the traffic needs, and the six agents have more calls
+than the minute takes (`duration=300`, replayed for 60 s), so a voice turn mostly finds both seats taken
+by agents and only make-room's seat preemption (`preempt_for_seats`) seats it; a loaded machine makes the
+agents slower and their backlog longer. Measured on 2 shared cores (load average 10-15): 11, 17 and 14
+seat preemptions in three runs, 3.3-4.5 minutes each (vLLM's start took up to 2 of them). Before, with a
+small cache (160 blocks) and no bound on seats, a voice turn found free blocks and make-room rightly did
+nothing: 0 preemptions in one CI run of three and in a run here. Every command of the journey is bounded,
+so a broken step fails the test rather than hanging it.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ def test_operator_journey_shows_make_room_acting(tmp_path: Path) -> None:
     trace = [json.loads(line) for line in (tmp_path / "make-room.jsonl").read_text().splitlines()]
     preemptions = sum(len(step.get("victims", [])) for step in trace)
     assert preemptions > 0, f"make-room never preempted: {len(trace)} trace lines"
+    assert all(step["for_seats"] for step in trace if "victims" in step)  # as the page says: seats, not cache
     # The page's last command prints the count of steps with preemptions.
     assert result.stdout.strip().splitlines()[-1] == str(sum("victims" in step for step in trace))
     records = [
