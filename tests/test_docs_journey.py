@@ -8,14 +8,17 @@ preemptions made for protected requests. About 3 minutes on 2 cores (more while 
 machine).
 
 make-room acts on every run, whatever the machine's load: the page's server has two seats
-(`--max-num-seqs 2`) and a cache far larger than the traffic needs, and the six agents have more calls
-than the minute takes (`duration=300`, replayed for 60 s), so a voice turn mostly finds both seats taken
-by agents and only make-room's seat preemption (`preempt_for_seats`) seats it; a loaded machine makes the
-agents slower and their backlog longer. Measured on 2 shared cores (load average 10-15): 11, 17 and 14
-seat preemptions in three runs, 3.3-4.5 minutes each (vLLM's start took up to 2 of them). Before, with a
-small cache (160 blocks) and no bound on seats, a voice turn found free blocks and make-room rightly did
-nothing: 0 preemptions in one CI run of three and in a run here. Every command of the journey is bounded,
-so a broken step fails the test rather than hanging it.
+(`--max-num-seqs 2`) and a cache far larger than the traffic needs, and twelve agents with more calls than
+the minute takes (`duration=300`, replayed for 60 s) keep a backlog, so most voice turns find both seats
+taken by agents and only make-room's seat preemption (`preempt_for_seats`) seats them. The first turns come
+4.9-8.3 s in, while the agents' first calls (all sent in the first 1.3 s) still queue; a loaded machine
+only makes the backlog longer. Measured on 2 shared cores (load average 11-18), seat preemptions and
+durations: 16 (2.9 min), 18 (3.6 min, beside the docs tests) and 12 (2.6 min), every voice turn's first
+token within 0.31 s. With six agents: 11, 17, 14 and 6 (in the fastest run only 7 of 18 voice turns found
+both seats taken: the agents' episodes ended and they paused). Before, with a small cache (160 blocks) and
+no bound on seats, a voice turn found free blocks and make-room rightly did nothing: 0 preemptions in one
+CI run of three and in a run here. Every command of the journey is bounded, so a broken step fails the test
+rather than hanging it.
 """
 
 from __future__ import annotations
