@@ -13,8 +13,8 @@ the minute takes (`duration=300`, replayed for 60 s) keep a backlog, so most voi
 taken by agents and only make-room's seat preemption (`preempt_for_seats`) seats them. The first turns come
 4.9-8.3 s in, while the agents' first calls (all sent in the first 1.3 s) still queue; a loaded machine
 only makes the backlog longer. Measured on 2 shared cores (load average 11-18), seat preemptions and
-durations: 16 (2.9 min), 18 (3.6 min, beside the docs tests) and 12 (2.6 min), every voice turn's first
-token within 0.31 s. With six agents: 11, 17, 14 and 6 (in the fastest run only 7 of 18 voice turns found
+durations: 16 (2.9 min), 18 (3.6 min, beside the docs tests), 12 (2.6 min) and 14 (2.1 min), every voice
+turn's first token within 0.31 s. With six agents: 11, 17, 14 and 6 (in the fastest run only 7 of 18 voice turns found
 both seats taken: the agents' episodes ended and they paused). Before, with a small cache (160 blocks) and
 no bound on seats, a voice turn found free blocks and make-room rightly did nothing: 0 preemptions in one
 CI run of three and in a run here. Every command of the journey is bounded, so a broken step fails the test
