@@ -122,3 +122,15 @@ def test_gateway_config_named_by_a_doc_is_loaded(tmp_path: Path) -> None:
     assert check_command(["flatshare", "gateway", "--config", "examples/gateway.toml"], ROOT) == []
     missing = check_command(["flatshare", "gateway", "--config", "examples/no-such.toml"], ROOT)
     assert missing == ["examples/no-such.toml: no such path in the repository"]
+
+
+def test_timeout_checks_the_command_it_bounds() -> None:
+    from kit.doc_check import check_command
+
+    wait = "until curl -sf --max-time 5 localhost:8000/health; do sleep 1; done"
+    assert check_command(["timeout", "300", "bash", "-c", wait], ROOT) == []
+    replay = ["flatshare", "replay", "--workload", "voice:callers=1", "--sim", "--out", "out/x"]
+    assert check_command(["timeout", "2m", *replay], ROOT) == []
+    assert "no check known" in check_command(["timeout", "300", "bash", "-c", "nosuchtool x"], ROOT)[0]
+    assert "No such option" in check_command(["timeout", "9", "flatshare", "replay", "--nope"], ROOT)[0]
+    assert "DURATION" in check_command(["timeout", "soon", "sleep", "1"], ROOT)[0]

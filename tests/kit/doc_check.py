@@ -45,6 +45,7 @@ SHELL_TOOLS = frozenset(
 SHELL_KEYWORDS = frozenset({"until", "while", "if", "then", "do", "else", "!", "done", "fi"})
 _REDIRECT = re.compile(r"[<>]+&?")
 _OPTIONAL = re.compile(r"\[([^\[\]]*)\]")
+_DURATION = re.compile(r"\d+(\.\d+)?[smhd]?")
 Problems = list[str]
 
 
@@ -104,9 +105,22 @@ def check_command(tokens: list[str], root: Path) -> Problems:
         return _check_make(args, root)
     if program == "pip":
         return _check_pip(args, root)
+    if program == "timeout":
+        return _check_timeout(args, root)
     if program in SHELL_TOOLS or (program == "bash" and args[:1] and args[0].startswith(REPO_DIRS)):
         return _check_paths(tokens, root)
     return [f"{program}: no check known for this program (add one to tests/kit/doc_check.py)"]
+
+
+def _check_timeout(args: list[str], root: Path) -> Problems:
+    """`timeout DURATION COMMAND ...`: a duration, then the command it bounds, checked as any command is
+    (`timeout 300 bash -c 'until curl ...; do sleep 1; done'`: each command of the script)."""
+    if len(args) < 2 or not _DURATION.fullmatch(args[0]):
+        return [f"timeout {shlex.join(args)}: write `timeout DURATION COMMAND ...`"]
+    bounded = args[1:]
+    if bounded[:2] == ["bash", "-c"] and len(bounded) == 3:
+        return [p for command in commands(bounded[2]) for p in check_command(command, root)]
+    return check_command(bounded, root)
 
 
 def check_flatshare(args: list[str]) -> Problems:
