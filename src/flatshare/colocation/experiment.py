@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from flatshare.policy.gates import Gate
     from flatshare.sim.engine import SimEngine
     from flatshare.workloads.model import Workload
+    from flatshare.workloads.spec import WorkloadSpec
 
 WINDOW_SWEEP = (0, 8, 16, 24, 32, 48, 64)
 
@@ -234,28 +235,32 @@ def engine_config(condition: Condition, setup: Setup) -> Any:
     )
 
 
-def workload_spec(callers: int, plan: ColocationPlan) -> str:
-    spec = (
-        f"voice-agents:callers={callers},agents={plan.agents},duration={plan.duration_s},"
-        f"voice_system={plan.setup.voice_system_tokens}"
-    )
+def workload_spec(callers: int, plan: ColocationPlan) -> WorkloadSpec:
+    """The shared workload of `callers` voice calls beside the plan's agents (before scaling)."""
+    from flatshare.workloads.spec import WorkloadSpec
+
+    settings: dict[str, Any] = {
+        "callers": callers,
+        "agents": plan.agents,
+        "duration": plan.duration_s,
+        "voice_system": plan.setup.voice_system_tokens,
+    }
     if plan.setup.agent_source != "synthetic":
-        spec += f",agent_source={plan.setup.agent_source}"
-    return spec
+        settings["agent_source"] = plan.setup.agent_source
+    return WorkloadSpec("voice-agents", settings)
 
 
 def shared_workload(
     callers: int, seed: int, plan: ColocationPlan, vocab_size: int = DEFAULT_VOCAB
-) -> tuple[Workload, str]:
+) -> tuple[Workload, WorkloadSpec]:
     """Every session of (callers, seed), scaled by the setup's `scale` (`flatshare.workloads.scale`), and
     the workload's spec: what each condition takes its sessions from. The same for every engine (a real
     model's vocabulary changes the token ids, not their counts nor which prompts share a prefix)."""
     from flatshare.workloads.scale import scale_workload
-    from flatshare.workloads.spec import parse_spec
 
     setup = plan.setup
     spec = workload_spec(callers, plan)
-    full = parse_spec(spec, seed=seed, max_model_len=setup.max_model_len, vocab_size=vocab_size)
+    full = spec.build(seed, max_model_len=setup.max_model_len, vocab_size=vocab_size)
     return scale_workload(full, setup.scale, setup.scaled(setup.max_model_len)), spec
 
 
@@ -268,7 +273,7 @@ def _sessions_of(condition: Condition, full: Workload) -> Workload:
 
 def build_workload(
     condition: Condition, callers: int, seed: int, plan: ColocationPlan, vocab_size: int = DEFAULT_VOCAB
-) -> tuple[Workload, str]:
+) -> tuple[Workload, WorkloadSpec]:
     """The condition's sessions of the shared workload (`shared_workload`) and the workload's spec."""
     full, spec = shared_workload(callers, seed, plan, vocab_size)
     return _sessions_of(condition, full), spec
@@ -276,7 +281,7 @@ def build_workload(
 
 def build_run(
     condition: Condition, callers: int, seed: int, plan: ColocationPlan
-) -> tuple[Workload, SimEngine, Gate | None, str]:
+) -> tuple[Workload, SimEngine, Gate | None, WorkloadSpec]:
     """What one (condition, callers, seed) runs: its workload (`build_workload`), a fresh simulated engine
     (warmed with the voice agent's system prompt under `setup.voice_warmup`, the same in every condition:
     taken from the shared workload), the gateway-side gate or None, and the workload's spec. Imports vLLM."""
@@ -326,7 +331,7 @@ def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: Colo
         "engine_config": engine.config.to_json(),
         "setup": plan.setup.to_json(),
         "api_latency_s": engine.profile.api_latency_s,
-        "spec": spec,
+        "spec": str(spec),
         "duration_s": plan.duration_s,
         "seed": seed,
     }
