@@ -30,7 +30,7 @@ from typing import Any
 from flatshare.policy.gates.core import Gate
 from flatshare.replay.edges import DirectEdge, Edge
 from flatshare.replay.virtual_gate import GateDriver
-from flatshare.runfiles.records import ReplayRecord
+from flatshare.runfiles.records import ReplayRecord, first_sentence_times
 from flatshare.runfiles.samples import EngineSample
 from flatshare.runfiles.sim_records import RequestRecord
 from flatshare.scheduler.hint import HINT_KEY, HINT_TURN
@@ -143,11 +143,8 @@ class _Issuer:
         session = self.sessions[session_id]
         if k + 1 >= len(session.requests):
             return
-        first_sentence = None
-        if request.first_sentence_tokens is not None and record.token_times_s:
-            first_sentence = record.token_times_s[
-                min(request.first_sentence_tokens, len(record.token_times_s)) - 1
-            ]
+        sentence = first_sentence_times(record.token_times_s, request.first_sentence_tokens)
+        first_sentence = sentence[-1] if sentence else None
         done = record.finish_s if record.finish_s is not None else record.arrival_s
         t = session.issue_s(k + 1, done, len(record.token_times_s), first_sentence)
         self._push(session, k + 1, t)
