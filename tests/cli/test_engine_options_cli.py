@@ -38,7 +38,7 @@ def test_engine_options_default_to_the_engine_configs_fields(command: str) -> No
     defaults = _defaults(command)
     for name in ENGINE_FIELDS:
         assert defaults[name] == getattr(DEFAULT_ENGINE, name), name
-    assert defaults["kv_tokens"] == 0 and defaults["make_room"] == "" and defaults["profile"] == ""
+    assert defaults["kv_tokens"] is None and defaults["make_room"] == "" and defaults["profile"] == ""
 
 
 def test_fidelity_options_default_to_the_engine_configs_fields() -> None:
@@ -111,7 +111,7 @@ def test_every_engine_option_reaches_the_commands_engine() -> None:
     assert result.output.strip() == "y 2048"  # an own option stays the command's
     assert seen == [
         EngineOptions(scheduler="make-room", policy="fcfs", profile="p.json", kv_tokens=4096,
-                      max_num_batched_tokens=256, max_num_seqs=8, max_model_len=0, block_size=32,
+                      max_num_batched_tokens=256, max_num_seqs=8, max_model_len=None, block_size=32,
                       cpu_tier_tokens=1024, make_room='{"enabled": true}', additional_config="{}")
     ]  # fmt: skip
 

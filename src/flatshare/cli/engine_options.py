@@ -16,6 +16,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from flatshare.schedulers import SCHEDULERS
+from flatshare.sim.config import DEFAULT_ENGINE
 from flatshare.sim.options import EngineOptions
 
 ENGINE = EngineOptions()
@@ -26,11 +27,14 @@ SchedulerOpt = Annotated[
 ]
 PolicyOpt = Annotated[str, typer.Option(help="vLLM scheduling policy: fcfs or priority.")]
 ProfileOpt = Annotated[str, typer.Option(help="Step-time profile: a shipped name or a JSON file.")]
-KvTokensOpt = Annotated[int, typer.Option(help="KV capacity in tokens (0: the profile's).")]
+KvTokensOpt = Annotated[int | None, typer.Option(help="KV capacity in tokens [the profile's].")]
 BatchedOpt = Annotated[int, typer.Option(help="vLLM's token budget per step.")]
 SeqsOpt = Annotated[int, typer.Option(help="vLLM's max running requests.")]
 ModelLenOpt = Annotated[
-    int, typer.Option(help="vLLM's max model length (0: what the KV holds, at most 32768).")
+    int | None,
+    typer.Option(
+        help=f"vLLM's max model length [what the KV holds, at most {DEFAULT_ENGINE.max_model_len}]."
+    ),
 ]
 BlockOpt = Annotated[int, typer.Option(help="KV block size in tokens.")]
 TierOpt = Annotated[int, typer.Option(help="Simulated CPU KV tier capacity in tokens (0: off).")]
