@@ -125,3 +125,38 @@ def test_no_engine_option_gives_the_default_engine() -> None:
 def test_a_command_declaring_an_engine_option_itself_is_refused() -> None:
     with pytest.raises(TypeError, match="max_model_len"):
         _engine_seen()
+
+
+def test_colocation_takes_the_shared_engine_options_from_the_write_up_preset() -> None:
+    from flatshare.colocation.setup import SEED
+
+    root: Any = typer.main.get_command(app)
+    params = {p.name: p for p in root.commands["experiment"].commands["colocation"].params if p.name}
+    sim_params = {p.name: p for p in root.commands["sim"].params if p.name}
+    for name in ("profile", "kv_tokens", "max_model_len", "cpu_tier_tokens"):
+        option, shared = params[name], sim_params[name]
+        assert option.opts == shared.opts and option.default == getattr(SEED, name), name
+        assert option.help == f"{shared.help.split(' [')[0].rstrip('.')} [write-up preset: {option.default}]."
+    assert not {"scheduler", "policy", "make_room", "additional_config"} & set(params)  # each condition's
+
+
+def test_colocation_maps_the_engine_options_and_setup_changes_onto_its_setup() -> None:
+    from flatshare.colocation.command import SetupChanges, colocation_setup, preset_engine_options
+    from flatshare.colocation.setup import SEED
+
+    assert colocation_setup(preset_engine_options(SEED), SetupChanges()) == SEED
+    engine = EngineOptions(profile="p.json", kv_tokens=90112, max_model_len=8192, cpu_tier_tokens=0)
+    setup = colocation_setup(engine, SetupChanges(admission="full-prompt", scale=0.5))
+    assert (setup.profile, setup.kv_tokens, setup.max_model_len, setup.cpu_tier_tokens) == (
+        "p.json",
+        90112,
+        8192,
+        0,
+    )
+    assert (
+        setup.reserve_full_isl
+        and setup.scale == 0.5
+        and setup.voice_system_tokens == SEED.voice_system_tokens
+    )
+    with pytest.raises(ValueError, match="--admission must be full-prompt or first-chunk"):
+        colocation_setup(engine, SetupChanges(admission="fifo"))
