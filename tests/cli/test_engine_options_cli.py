@@ -146,7 +146,7 @@ def test_colocation_maps_the_engine_options_and_setup_changes_onto_its_setup() -
 
     assert colocation_setup(preset_engine_options(SEED), SetupChanges()) == SEED
     engine = EngineOptions(profile="p.json", kv_tokens=90112, max_model_len=8192, cpu_tier_tokens=0)
-    setup = colocation_setup(engine, SetupChanges(admission="full-prompt", scale=0.5))
+    setup = colocation_setup(engine, SetupChanges(admission_rule="full-prompt", scale=0.5))
     assert (setup.profile, setup.kv_tokens, setup.max_model_len, setup.cpu_tier_tokens) == (
         "p.json",
         90112,
@@ -158,5 +158,5 @@ def test_colocation_maps_the_engine_options_and_setup_changes_onto_its_setup() -
         and setup.scale == 0.5
         and setup.voice_system_tokens == SEED.voice_system_tokens
     )
-    with pytest.raises(ValueError, match="--admission must be full-prompt or first-chunk"):
-        colocation_setup(engine, SetupChanges(admission="fifo"))
+    with pytest.raises(ValueError, match="--admission-rule must be full-prompt or first-chunk"):
+        colocation_setup(engine, SetupChanges(admission_rule="fifo"))

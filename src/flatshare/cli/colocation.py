@@ -1,5 +1,6 @@
 """`flatshare experiment colocation` (on the simulated engine, or with `--engine vllm` on real vLLM
-servers) and `flatshare experiment colocation-beside` (the simulator beside a real run)."""
+servers; its plan built in `flatshare.colocation.command`) and `flatshare experiment colocation-beside`
+(the simulator beside a real run)."""
 
 from __future__ import annotations
 
@@ -45,11 +46,14 @@ def experiment_colocation(
     drain: Annotated[
         float | None, typer.Option(help="Seconds in-flight requests may run on after it [120].")
     ] = None,
-    admission: Annotated[
+    admission_rule: Annotated[
         str | None,
         typer.Option(
             help="vLLM's admission rule: full-prompt (0.32's default) or first-chunk [write-up preset: first-chunk]."
         ),
+    ] = None,
+    admission: Annotated[
+        str | None, typer.Option(hidden=True, help="The old spelling of --admission-rule.")
     ] = None,
     api_latency: Annotated[
         float | None,
@@ -123,8 +127,7 @@ def experiment_colocation(
 ) -> None:
     """A voice agent beside coding agents under vLLM's stock scheduler and make-room variants, on the
     setup of the write-up, the first source document (`flatshare.colocation.setup.SEED`), unless an option
-    changes it; on the simulated
-    engine, or with `--engine vllm` on real vLLM servers (docs/gpu.md). The body: `flatshare.colocation.command`."""
+    changes it; on the simulated engine, or with `--engine vllm` on real vLLM servers (docs/gpu.md)."""
     from flatshare.colocation.command import SetupChanges, colocation_plan, colocation_setup, quick_scale
     from flatshare.colocation.experiment import run_plan
     from flatshare.colocation.report import build_report
@@ -136,7 +139,7 @@ def experiment_colocation(
             raise ValueError(f"--engine must be sim or vllm, got {engine!r}")
         real = engine == "vllm"
         changes = SetupChanges(
-            admission=admission,
+            admission_rule=_one_rule(admission_rule, admission),
             api_latency_s=api_latency,
             agent_source=agent_source,
             async_scheduling=async_scheduling,
@@ -195,6 +198,15 @@ def experiment_colocation(
         failed_jobs(failed)
     build_report(out)
     typer.echo(f"report: {out / 'report.md'}  summary: {out / 'summary.json'}")
+
+
+def _one_rule(rule: str | None, old: str | None) -> str | None:
+    """`--admission-rule`, or its old spelling `--admission` (ValueError when both disagree)."""
+    if rule is not None and old is not None and rule != old:
+        raise ValueError(
+            f"--admission-rule {rule} and --admission {old} disagree (--admission is its old name)"
+        )
+    return rule if rule is not None else old
 
 
 def _print_real_plan(plan: Any, specs: dict[str, Any]) -> None:

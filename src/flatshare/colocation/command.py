@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from flatshare.colocation.experiment import ColocationPlan
 
 ADMISSION_RULES = {"full-prompt": True, "first-chunk": False}
-"""`--admission`: vLLM's admission rule, as `Setup.reserve_full_isl`."""
+"""`--admission-rule`: vLLM's admission rule, as `Setup.reserve_full_isl`."""
 
 
 def preset_engine_options(setup: Setup) -> EngineOptions:
@@ -41,7 +41,7 @@ PRESET_ENGINE_OPTIONS = ("profile", "kv_tokens", "max_model_len", "cpu_tier_toke
 class SetupChanges:
     """The setup's settings beside the engine options, as given (None: the preset's value)."""
 
-    admission: str | None = None
+    admission_rule: str | None = None
     api_latency_s: float | None = None
     agent_source: str | None = None
     async_scheduling: bool | None = None
@@ -52,10 +52,11 @@ class SetupChanges:
 
 def colocation_setup(engine: EngineOptions, changes: SetupChanges, base: Setup = SEED) -> Setup:
     """`base` with the engine options and the given changes."""
-    if changes.admission is not None and changes.admission not in ADMISSION_RULES:
-        raise ValueError(f"--admission must be full-prompt or first-chunk, got {changes.admission!r}")
+    rule = changes.admission_rule
+    if rule is not None and rule not in ADMISSION_RULES:
+        raise ValueError(f"--admission-rule must be full-prompt or first-chunk, got {rule!r}")
     given = {
-        "reserve_full_isl": None if changes.admission is None else ADMISSION_RULES[changes.admission],
+        "reserve_full_isl": None if rule is None else ADMISSION_RULES[rule],
         "api_latency_s": changes.api_latency_s,
         "agent_source": changes.agent_source or None,
         "async_scheduling": changes.async_scheduling,

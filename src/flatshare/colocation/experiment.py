@@ -37,13 +37,14 @@ WINDOW_SWEEP = (0, 8, 16, 24, 32, 48, 64)
 @dataclass(frozen=True)
 class Condition:
     """One way of serving the same requests: the engine's scheduler (`scheduler`: an alias of
-    `flatshare.sim.config.SCHEDULER_ALIASES`; `additional_config`: vLLM's --additional-config, where
-    flatshare's schedulers read their settings), and optionally a gateway-side baseline in front of it
+    `flatshare.sim.config.SCHEDULER_ALIASES`; `scheduling_policy`: vLLM's --scheduling-policy;
+    `additional_config`: vLLM's --additional-config, where flatshare's schedulers read their settings),
+    and optionally a gateway-side baseline in front of it
     (`gate`: a name of `flatshare.policy.gates.BASELINE_NAMES`, with `gate_settings`)."""
 
     key: str
     scheduler: str = "vllm"
-    policy: str = "priority"
+    scheduling_policy: str = "priority"
     additional_config: Mapping[str, Any] | None = None
     max_num_batched_tokens: int = DEFAULT_ENGINE.max_num_batched_tokens
     voice: bool = True
@@ -62,7 +63,7 @@ def _mr(window: int, **more: Any) -> dict[str, Any]:
 MAIN_CONDITIONS = (
     Condition("alone", agents=False),
     Condition("agents-alone", voice=False),
-    Condition("vllm-fcfs", policy="fcfs"),
+    Condition("vllm-fcfs", scheduling_policy="fcfs"),
     Condition("vllm-priority"),
     Condition("make-room-preempt", "make-room", additional_config=_mr(0), window_tokens=0),
     Condition("make-room-t16", "make-room", additional_config=_mr(16), window_tokens=16),
@@ -223,7 +224,7 @@ def engine_config(condition: Condition, setup: Setup) -> Any:
 
     return EngineConfig(
         scheduler=condition.scheduler,
-        policy=condition.policy,
+        policy=condition.scheduling_policy,
         max_num_batched_tokens=condition.max_num_batched_tokens,
         additional_config=dict(condition.additional_config or {}),
         max_model_len=setup.scaled(setup.max_model_len),
