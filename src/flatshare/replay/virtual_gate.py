@@ -187,6 +187,9 @@ class GateDriver:
             entry.attempts.append(_Attempt(engine_id, entry.engine, t))
             self.by_engine_id[engine_id] = request.id
             self.unseen[entry.engine].add(engine_id)
+            # No `first_sentence_tokens` here, unlike `DirectEdge.issue`: the simulated model of a gated run
+            # samples no sentence-end token, so make-room's `sentence_end_token_ids` never fire behind a gate
+            # (no condition combines them today; kept as it was so saved runs stay the same).
             self.engines[entry.engine].submit(
                 SimRequest(engine_id, t, request.prompt_token_ids, max_tokens, request.priority, request.cls)
             )
