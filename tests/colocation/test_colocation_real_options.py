@@ -16,6 +16,9 @@ BASE = ["experiment", "colocation", "--quick"]
     ("extra", "words"),
     [
         (["--scale", "0"], "scale must be a number in (0, 1]"),
+        (["--admission-rule", "fifo"], "--admission-rule must be full-prompt or first-chunk, got 'fifo'"),
+        (["--admission", "fifo"], "--admission-rule must be full-prompt or first-chunk, got 'fifo'"),
+        (["--admission", "first-chunk", "--admission-rule", "full-prompt"], "disagree"),
         (["--scale", "1.5"], "scale must be a number in (0, 1]"),
         (["--engine", "vllm"], "--engine vllm needs --model"),
         (["--engine", "gpu"], "--engine must be sim or vllm"),
@@ -86,3 +89,12 @@ def test_scale_shrinks_the_engines_token_capacities_and_keeps_its_step_budget() 
     assert small.max_num_batched_tokens == full.max_num_batched_tokens
     with pytest.raises(ValueError, match="scale"):
         SEED.with_changes(scale=0.0)
+
+
+def test_the_admission_rules_old_spelling_still_works_and_is_hidden() -> None:
+    from flatshare.cli.colocation import _one_rule
+
+    help_text = CliRunner().invoke(app, ["experiment", "colocation", "--help"], terminal_width=200).output
+    assert "--admission-rule" in help_text and "--admission " not in help_text
+    assert _one_rule(None, "full-prompt") == _one_rule("full-prompt", None) == "full-prompt"
+    assert _one_rule("first-chunk", "first-chunk") == "first-chunk" and _one_rule(None, None) is None

@@ -477,7 +477,6 @@ def test_a_turn_behind_an_agent_whose_load_just_finished_is_acted_for() -> None:
     from flatshare.colocation.experiment import MAIN_CONDITIONS, ColocationPlan, engine_config, workload_spec
     from flatshare.colocation.setup import SEED
     from flatshare.replay.virtual import run_virtual
-    from flatshare.workloads.spec import parse_spec
 
     # The preset as it was when this was found: synchronous steps, the profile's KV cache, an 8 GiB tier.
     setup = SEED.with_changes(async_scheduling=False, kv_tokens=None, cpu_tier_tokens=65536)
@@ -485,7 +484,7 @@ def test_a_turn_behind_an_agent_whose_load_just_finished_is_acted_for() -> None:
     plan = ColocationPlan(callers=(2,), seeds=1, duration_s=600.0, setup=setup)
     config = engine_config(condition, setup)
     profile = dataclasses.replace(load_profile(), api_latency_s=setup.api_latency_s)
-    workload = parse_spec(workload_spec(2, plan), seed=4, max_model_len=config.max_model_len)
+    workload = workload_spec(2, plan).build(4, max_model_len=config.max_model_len)
     engine = SimEngine(config, profile)
     run = run_virtual(workload, [engine], until_s=92.0, stop_s=100.0)
     turn = next(r for r in run.records if r.id == "voice/0/8")

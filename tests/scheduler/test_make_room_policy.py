@@ -8,8 +8,8 @@ import pytest
 
 from flatshare.scheduler.config import MakeRoomConfig, MakeRoomConfigError
 from flatshare.scheduler.policy import (
-    Admission,
     RunningView,
+    WaitingNeed,
     blocks_freed,
     choose_victims,
     fits,
@@ -27,8 +27,10 @@ def view(
     return RunningView(rid, priority, arrival, tuple(blocks), tokens, new)
 
 
-def need(blocks: int, free: int, seats: int = 10, budget: int = 512, hits: tuple[int, ...] = ()) -> Admission:
-    return Admission(blocks, frozenset(hits), 0, free, seats, budget)
+def need(
+    blocks: int, free: int, seats: int = 10, budget: int = 512, hits: tuple[int, ...] = ()
+) -> WaitingNeed:
+    return WaitingNeed(blocks, frozenset(hits), 0, free, seats, budget)
 
 
 def test_victims_follow_vllms_priority_order() -> None:
@@ -214,21 +216,21 @@ def _decodes(n: int, lora: int = 0) -> list[RunningView]:
 def test_a_parallel_drafters_slots_use_up_the_input_budget() -> None:
     # 128 decodes with 3 draft slots each take 512 input slots: vLLM's waiting loop stops
     # (`input_budget <= draft_slots`). Counted as tokens only (128 < 512), make-room predicted admission.
-    need = Admission(1, frozenset(), 0, 100, 10, 512, input_budget=512, draft_slots=3)
+    need = WaitingNeed(1, frozenset(), 0, 100, 10, 512, input_budget=512, draft_slots=3)
     assert not fits(need, _decodes(128), (), {})
     assert fits(need, _decodes(126), (), {})  # 504 slots taken, 8 left: 3 for the request's drafts
     assert choose_victims(need, _decodes(128), 0, 2, {}).victims == ("d127",)  # 508 taken: 1 token left
 
 
 def test_without_chunked_prefill_the_whole_prompt_must_fit_the_budget_left() -> None:
-    need = Admission(1, frozenset(), 0, 100, 20, 2048, chunk_tokens=2040)
+    need = WaitingNeed(1, frozenset(), 0, 100, 20, 2048, chunk_tokens=2040)
     assert not fits(need, _decodes(12), (), {})  # 2,036 left
     assert fits(need, _decodes(8), (), {})
     assert not choose_victims(need, _decodes(12), 0, 2, {}).admitted  # two victims leave 2,038
 
 
 def test_a_lora_slot_taken_by_a_staying_request_refuses_another_adapter() -> None:
-    need = Admission(1, frozenset(), 0, 100, 10, 512, lora_id=2, max_loras=1)
+    need = WaitingNeed(1, frozenset(), 0, 100, 10, 512, lora_id=2, max_loras=1)
     running = _decodes(1, lora=1) + _decodes(2)
     assert not fits(need, running, (), {})
     assert fits(need, running, running[:1], {})  # preempting the adapter-1 request frees the slot

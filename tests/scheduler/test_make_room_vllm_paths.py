@@ -171,11 +171,11 @@ def test_a_finished_load_is_promoted_before_it_is_counted_so_the_watermark_appli
         assert sim.step() is not None, "voice1's load never finished"
     voice1 = scheduler.requests["voice1"]
     assert voice1.status == RequestStatus.WAITING_FOR_REMOTE_KVS
-    assert vllm_view.admission(scheduler, voice1).watermark_blocks == 0  # what make-room counted before
+    assert vllm_view.waiting_need(scheduler, voice1).watermark_blocks == 0  # what make-room counted before
     scheduler._promote(voice1, {})
     assert voice1.status == RequestStatus.WAITING
     watermark = scheduler.kv_cache_manager.watermark_blocks
-    assert watermark > 0 and vllm_view.admission(scheduler, voice1).watermark_blocks == watermark
+    assert watermark > 0 and vllm_view.waiting_need(scheduler, voice1).watermark_blocks == watermark
     sim.run()
     assert scheduler.make_room_stats.mispredicted_admissions == 0
 
@@ -204,7 +204,7 @@ def test_an_aux_output_connector_is_never_asked_and_make_room_stays_out() -> Non
     scheduler.aux_output_connector, real = aux, scheduler.aux_output_connector
     try:
         assert vllm_view.unpredictable(scheduler, voice) == "aux-output connector"
-        vllm_view.admission(scheduler, voice)
+        vllm_view.waiting_need(scheduler, voice)
     finally:
         scheduler.aux_output_connector = real
     assert aux.asked == []

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from flatshare.scheduler import SglangPreemptConfigError
-from flatshare.scheduler.policy import Admission, RunningView
+from flatshare.scheduler.policy import RunningView, WaitingNeed
 from flatshare.scheduler.sglang_policy import choose, eligible
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.engine import SimEngine
@@ -37,8 +37,8 @@ def _view(rid: str, priority: int, arrival: float, blocks: range) -> RunningView
     return RunningView(rid, priority, arrival, tuple(blocks))
 
 
-def _need(blocks: int, free: int = 0, seats: int = 4) -> Admission:
-    return Admission(blocks, frozenset(), 0, free, seats, token_budget=1)
+def _need(blocks: int, free: int = 0, seats: int = 4) -> WaitingNeed:
+    return WaitingNeed(blocks, frozenset(), 0, free, seats, token_budget=1)
 
 
 def test_only_a_priority_worse_by_more_than_the_threshold_is_eligible() -> None:

@@ -130,3 +130,39 @@ def test_the_bounds_leave_room_for_real_workloads() -> None:
 
     for spec in ("voice:callers=1000,duration=10000", "voice-agents:callers=64,agents=256,duration=3600"):
         check_spec(spec)
+
+
+# -- the typed spec ------------------------------------------------------------------------------------------
+def test_a_typed_spec_builds_what_its_text_names_and_reads_back_equal() -> None:
+    from flatshare.workloads.spec import WorkloadSpec, read_spec
+
+    spec = WorkloadSpec("voice-agents", {"callers": 2, "agents": 4, "duration": 120.0, "voice_system": 900})
+    assert str(spec) == "voice-agents:callers=2,agents=4,duration=120.0,voice_system=900"
+    assert read_spec(str(spec)) == spec
+    assert spec.build(3) == parse_spec(str(spec), seed=3)
+    trace = WorkloadSpec("sharegpt", {"start": 0.0, "duration": 30, "rate": 2.0})
+    assert str(trace) == "sharegpt:start=0.0,duration=30,rate=2.0" and read_spec(str(trace)) == trace
+    assert str(WorkloadSpec("weka", {"copies": 2}, "a,b.json")) == "weka:a,b.json,copies=2"
+    assert read_spec("weka:a,b.json,copies=2").path == "a,b.json"
+
+
+@pytest.mark.parametrize(
+    "kind, settings, path, match",
+    [
+        ("voice-agent", {}, None, r"unknown workload 'voice-agent'"),
+        ("voice", {"agents": 2}, None, r"unknown setting 'agents=2' for voice"),
+        ("voice", {"callers": "2"}, None, r"callers expects int, got '2'"),
+        ("voice", {"callers": True}, None, r"callers expects int, got True"),
+        ("voice", {"duration": float("nan")}, None, r"duration must lie in \[0, 1e\+07\]"),
+        ("voice", {"callers": 3000, "duration": 100000}, None, r"session-seconds"),
+        ("azure", {}, None, r"azure needs a path"),
+        ("voice", {}, "x.csv", r"voice takes no path"),
+    ],
+)
+def test_a_typed_spec_is_checked_as_its_text_would_be(
+    kind: str, settings: dict[str, object], path: str | None, match: str
+) -> None:
+    from flatshare.workloads.spec import WorkloadSpec
+
+    with pytest.raises(InputError, match=match):
+        WorkloadSpec(kind, settings, path)

@@ -70,7 +70,7 @@ def trace_facts(
         "engines": n,
         "condition": condition_facts(condition),
         "seed": window,
-        "spec": case.spec(window, n),
+        "spec": str(case.spec(window, n)),
         "rate": case.rate_for(n),
         "thresholds": thresholds_json(thresholds if condition.policy == "threshold" else None),
         "calibration": calibration,

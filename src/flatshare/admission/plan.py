@@ -11,12 +11,16 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from flatshare.lab.executors import default_workers
 from flatshare.policy.classes import DEFAULT_PRIORITY
 from flatshare.policy.policies import POLICY_NAMES, PREFER_NAMES
 from flatshare.policy.routing import Thresholds
 from flatshare.sim.config import EngineConfig
+
+if TYPE_CHECKING:
+    from flatshare.workloads.spec import WorkloadSpec
 
 PROFILE = "llama3-8b-a100-80gb"
 SHORT_MAX_TOKENS = 256
@@ -152,11 +156,13 @@ class TraceCase:
         """Replay seconds of one window on `engines` engines."""
         return self.window_s / self.rate_for(engines)
 
-    def spec(self, window: int, engines: int) -> str:
+    def spec(self, window: int, engines: int) -> WorkloadSpec:
         """The window's workload spec; an empty `path` leaves it out (ShareGPT's packaged file)."""
+        from flatshare.workloads.spec import WorkloadSpec
+
         start = self.start_s + window * self.window_s
-        path = f"{self.path}," if self.path else ""
-        return f"{self.kind}:{path}start={start},duration={self.window_s},rate={self.rate_for(engines)}"
+        settings = {"start": start, "duration": self.window_s, "rate": self.rate_for(engines)}
+        return WorkloadSpec(self.kind, settings, self.path or None)
 
 
 def default_engine() -> EngineConfig:

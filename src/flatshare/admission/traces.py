@@ -31,7 +31,6 @@ from flatshare.policy.policies import make_policy
 from flatshare.policy.routing import Thresholds
 from flatshare.sim.profile import load_profile
 from flatshare.workloads.model import Session, Workload
-from flatshare.workloads.spec import parse_spec
 
 
 def workload_key(case: TraceCase, engines: int) -> str:
@@ -39,7 +38,7 @@ def workload_key(case: TraceCase, engines: int) -> str:
 
 
 def trace_workload(case: TraceCase, window: int, engines: int, max_model_len: int) -> Workload:
-    return parse_spec(case.spec(window, engines), seed=window, max_model_len=max_model_len)
+    return case.spec(window, engines).build(window, max_model_len=max_model_len)
 
 
 def prioritize(workload: Workload, long_input_tokens: int) -> Workload:
@@ -132,7 +131,7 @@ def _facts(
         "engines": engines,
         "condition": condition_facts(condition),
         "seed": window,
-        "spec": case.spec(window, engines),
+        "spec": str(case.spec(window, engines)),
         "rate": case.rate_for(engines),
         "thresholds": thresholds_json(thresholds),
         "calibration": None

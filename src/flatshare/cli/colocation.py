@@ -1,5 +1,6 @@
 """`flatshare experiment colocation` (on the simulated engine, or with `--engine vllm` on real vLLM
-servers) and `flatshare experiment colocation-beside` (the simulator beside a real run)."""
+servers; its plan built in `flatshare.colocation.command`) and `flatshare experiment colocation-beside`
+(the simulator beside a real run)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import typer
 
 from flatshare import enginelog
 from flatshare.cli.base import experiment_app, fail
+from flatshare.cli.engine_options import with_engine_options
 from flatshare.cli.experiments import (
     ExecutorOption,
     RayAddressOption,
@@ -18,12 +20,20 @@ from flatshare.cli.experiments import (
     failed_jobs,
     progress_bar,
 )
+from flatshare.colocation.command import PRESET_ENGINE_OPTIONS, preset_engine_options
 from flatshare.colocation.setup import SEED
 from flatshare.errors import InputError
 from flatshare.lab.jobs import JobsFailed
+from flatshare.sim.options import EngineOptions
 
 
 @experiment_app.command("colocation")
+@with_engine_options(
+    only=PRESET_ENGINE_OPTIONS,
+    defaults=preset_engine_options(SEED),
+    preset="write-up preset",
+    into="engine_options",
+)
 def experiment_colocation(
     out: Annotated[Path, typer.Option(help="Experiment folder: runs/, summary.json, report.md, figures.")],
     quick: Annotated[bool, typer.Option(help="2 callers, 2 seeds, 300 virtual s (a few minutes).")] = False,
@@ -36,27 +46,14 @@ def experiment_colocation(
     drain: Annotated[
         float | None, typer.Option(help="Seconds in-flight requests may run on after it [120].")
     ] = None,
-    max_model_len: Annotated[
-        int | None,
-        typer.Option(
-            help=f"Engine max model length; agent contexts compact there [write-up preset: {SEED.max_model_len}]."
-        ),
-    ] = None,
-    kv_tokens: Annotated[
-        int | None,
-        typer.Option(help=f"The GPU's KV cache in tokens [write-up preset: {SEED.kv_tokens}]."),
-    ] = None,
-    cpu_tier_tokens: Annotated[
-        int | None,
-        typer.Option(
-            help=f"vLLM's CPU KV tier in tokens, 0 for off [write-up preset: {SEED.cpu_tier_tokens}]."
-        ),
-    ] = None,
-    admission: Annotated[
+    admission_rule: Annotated[
         str | None,
         typer.Option(
             help="vLLM's admission rule: full-prompt (0.32's default) or first-chunk [write-up preset: first-chunk]."
         ),
+    ] = None,
+    admission: Annotated[
+        str | None, typer.Option(hidden=True, help="The old spelling of --admission-rule.")
     ] = None,
     api_latency: Annotated[
         float | None,
@@ -81,12 +78,6 @@ def experiment_colocation(
     ] = None,
     conditions: Annotated[
         str | None, typer.Option(help="Only these conditions, comma-separated keys [all].")
-    ] = None,
-    profile: Annotated[
-        str | None,
-        typer.Option(
-            help="The simulator's step-time profile: a shipped name or a JSON file [write-up preset: llama3-8b-24gb]."
-        ),
     ] = None,
     voice_warmup: Annotated[
         bool | None,
@@ -131,64 +122,47 @@ def experiment_colocation(
     workers: WorkersOption = 0,
     executor: ExecutorOption = "local",
     ray_address: RayAddressOption = None,
+    *,
+    engine_options: EngineOptions,
 ) -> None:
     """A voice agent beside coding agents under vLLM's stock scheduler and make-room variants, on the
     setup of the write-up, the first source document (`flatshare.colocation.setup.SEED`), unless an option
-    changes it; on the simulated
-    engine, or with `--engine vllm` on real vLLM servers (docs/gpu.md)."""
-    from flatshare.colocation.experiment import (
-        QUICK,
-        REAL_QUICK,
-        ColocationPlan,
-        engine_config,
-        pick_conditions,
-        run_plan,
-    )
+    changes it; on the simulated engine, or with `--engine vllm` on real vLLM servers (docs/gpu.md)."""
+    from flatshare.colocation.command import SetupChanges, colocation_plan, colocation_setup, quick_scale
+    from flatshare.colocation.experiment import run_plan
     from flatshare.colocation.gateways import gateway_spec
     from flatshare.colocation.report import build_report
     from flatshare.colocation.servers import real_engine, serve_spec
     from flatshare.lab.executors import make_executor
 
-    rules = {"full-prompt": True, "first-chunk": False, None: SEED.reserve_full_isl}
     try:
-        if admission not in rules:
-            raise ValueError(f"--admission must be full-prompt or first-chunk, got {admission!r}")
-        given = {
-            "max_model_len": max_model_len,
-            "kv_tokens": kv_tokens,
-            "cpu_tier_tokens": cpu_tier_tokens,
-            "api_latency_s": api_latency,
-            "agent_source": agent_source or None,
-            "async_scheduling": async_scheduling,
-            "long_prefill_token_threshold": long_prefill_token_threshold,
-            "profile": profile,
-            "voice_warmup": voice_warmup,
-        }  # an option left out keeps the preset's value
         if engine not in ("sim", "vllm"):
             raise ValueError(f"--engine must be sim or vllm, got {engine!r}")
         real = engine == "vllm"
+        changes = SetupChanges(
+            admission_rule=_one_rule(admission_rule, admission),
+            api_latency_s=api_latency,
+            agent_source=agent_source,
+            async_scheduling=async_scheduling,
+            long_prefill_token_threshold=long_prefill_token_threshold,
+            voice_warmup=voice_warmup,
+            scale=scale if scale is not None else quick_scale(quick, real),
+        )
+        setup = colocation_setup(engine_options, changes)
         if not real and (model or vllm_arg or dry_run):
             raise ValueError("--model, --vllm-arg and --dry-run go with --engine vllm")
-        quick_plan = REAL_QUICK if real else QUICK
-        given["scale"] = scale if scale is not None else quick_plan.setup.scale if quick else None
-        setup = SEED.with_changes(
-            reserve_full_isl=rules[admission], **{k: v for k, v in given.items() if v is not None}
+        plan = colocation_plan(
+            setup,
+            quick=quick,
+            real=real,
+            callers=callers,
+            agents=agents,
+            seeds=seeds,
+            duration=duration,
+            drain=drain,
+            workers=workers,
+            conditions=conditions,
         )
-        if quick:
-            plan = dataclasses.replace(quick_plan, setup=setup)
-        else:
-            counts = tuple(int(c) for c in callers.split(","))
-            plan = ColocationPlan(callers=counts, agents=agents, seeds=seeds, setup=setup)
-        plan = dataclasses.replace(
-            plan,
-            duration_s=plan.duration_s if duration is None else duration,
-            drain_s=plan.drain_s if drain is None else drain,
-        )
-        if workers:
-            plan = dataclasses.replace(plan, workers=workers)
-        if conditions is not None:
-            plan = dataclasses.replace(plan, conditions=pick_conditions(conditions))
-        engine_config(plan.conditions[0], setup)  # the engine's own checks (max model length vs KV), now
         resources = None
         if real:
             if model is None:
@@ -226,6 +200,15 @@ def experiment_colocation(
         failed_jobs(failed)
     build_report(out)
     typer.echo(f"report: {out / 'report.md'}  summary: {out / 'summary.json'}")
+
+
+def _one_rule(rule: str | None, old: str | None) -> str | None:
+    """`--admission-rule`, or its old spelling `--admission` (ValueError when both disagree)."""
+    if rule is not None and old is not None and rule != old:
+        raise ValueError(
+            f"--admission-rule {rule} and --admission {old} disagree (--admission is its old name)"
+        )
+    return rule if rule is not None else old
 
 
 def _print_real_plan(plan: Any, specs: dict[str, Any], fronts: dict[str, Any]) -> None:

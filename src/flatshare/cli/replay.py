@@ -31,7 +31,8 @@ def replay(
     priority: Annotated[bool, typer.Option(help="Send each request's priority field.")] = True,
     sim_engines: Annotated[int, typer.Option(help="Simulated engines for --sim.")] = 1,
     max_model_len: Annotated[
-        int, typer.Option(help="Clip prompts to this (0: the --sim engine's, or what the endpoints report).")
+        int | None,
+        typer.Option(help="Clip prompts to this [the --sim engine's, or what the endpoints report]."),
     ] = ENGINE.max_model_len,
     max_failed: Annotated[
         float,

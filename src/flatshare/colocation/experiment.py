@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from flatshare.policy.gates import Gate
     from flatshare.sim.engine import SimEngine
     from flatshare.workloads.model import Workload
+    from flatshare.workloads.spec import WorkloadSpec
 
 WINDOW_SWEEP = (0, 8, 16, 24, 32, 48, 64)
 
@@ -36,13 +37,14 @@ WINDOW_SWEEP = (0, 8, 16, 24, 32, 48, 64)
 @dataclass(frozen=True)
 class Condition:
     """One way of serving the same requests: the engine's scheduler (`scheduler`: an alias of
-    `flatshare.sim.config.SCHEDULER_ALIASES`; `additional_config`: vLLM's --additional-config, where
-    flatshare's schedulers read their settings), and optionally a gateway-side baseline in front of it
+    `flatshare.sim.config.SCHEDULER_ALIASES`; `scheduling_policy`: vLLM's --scheduling-policy;
+    `additional_config`: vLLM's --additional-config, where flatshare's schedulers read their settings),
+    and optionally a gateway-side baseline in front of it
     (`gate`: a name of `flatshare.policy.gates.BASELINE_NAMES`, with `gate_settings`)."""
 
     key: str
     scheduler: str = "vllm"
-    policy: str = "priority"
+    scheduling_policy: str = "priority"
     additional_config: Mapping[str, Any] | None = None
     max_num_batched_tokens: int = DEFAULT_ENGINE.max_num_batched_tokens
     voice: bool = True
@@ -61,7 +63,7 @@ def _mr(window: int, **more: Any) -> dict[str, Any]:
 MAIN_CONDITIONS = (
     Condition("alone", agents=False),
     Condition("agents-alone", voice=False),
-    Condition("vllm-fcfs", policy="fcfs"),
+    Condition("vllm-fcfs", scheduling_policy="fcfs"),
     Condition("vllm-priority"),
     Condition("make-room-preempt", "make-room", additional_config=_mr(0), window_tokens=0),
     Condition("make-room-t16", "make-room", additional_config=_mr(16), window_tokens=16),
@@ -222,7 +224,7 @@ def engine_config(condition: Condition, setup: Setup) -> Any:
 
     return EngineConfig(
         scheduler=condition.scheduler,
-        policy=condition.policy,
+        policy=condition.scheduling_policy,
         max_num_batched_tokens=condition.max_num_batched_tokens,
         additional_config=dict(condition.additional_config or {}),
         max_model_len=setup.scaled(setup.max_model_len),
@@ -234,28 +236,32 @@ def engine_config(condition: Condition, setup: Setup) -> Any:
     )
 
 
-def workload_spec(callers: int, plan: ColocationPlan) -> str:
-    spec = (
-        f"voice-agents:callers={callers},agents={plan.agents},duration={plan.duration_s},"
-        f"voice_system={plan.setup.voice_system_tokens}"
-    )
+def workload_spec(callers: int, plan: ColocationPlan) -> WorkloadSpec:
+    """The shared workload of `callers` voice calls beside the plan's agents (before scaling)."""
+    from flatshare.workloads.spec import WorkloadSpec
+
+    settings: dict[str, Any] = {
+        "callers": callers,
+        "agents": plan.agents,
+        "duration": plan.duration_s,
+        "voice_system": plan.setup.voice_system_tokens,
+    }
     if plan.setup.agent_source != "synthetic":
-        spec += f",agent_source={plan.setup.agent_source}"
-    return spec
+        settings["agent_source"] = plan.setup.agent_source
+    return WorkloadSpec("voice-agents", settings)
 
 
 def shared_workload(
     callers: int, seed: int, plan: ColocationPlan, vocab_size: int = DEFAULT_VOCAB
-) -> tuple[Workload, str]:
+) -> tuple[Workload, WorkloadSpec]:
     """Every session of (callers, seed), scaled by the setup's `scale` (`flatshare.workloads.scale`), and
     the workload's spec: what each condition takes its sessions from. The same for every engine (a real
     model's vocabulary changes the token ids, not their counts nor which prompts share a prefix)."""
     from flatshare.workloads.scale import scale_workload
-    from flatshare.workloads.spec import parse_spec
 
     setup = plan.setup
     spec = workload_spec(callers, plan)
-    full = parse_spec(spec, seed=seed, max_model_len=setup.max_model_len, vocab_size=vocab_size)
+    full = spec.build(seed, max_model_len=setup.max_model_len, vocab_size=vocab_size)
     return scale_workload(full, setup.scale, setup.scaled(setup.max_model_len)), spec
 
 
@@ -268,7 +274,7 @@ def _sessions_of(condition: Condition, full: Workload) -> Workload:
 
 def build_workload(
     condition: Condition, callers: int, seed: int, plan: ColocationPlan, vocab_size: int = DEFAULT_VOCAB
-) -> tuple[Workload, str]:
+) -> tuple[Workload, WorkloadSpec]:
     """The condition's sessions of the shared workload (`shared_workload`) and the workload's spec."""
     full, spec = shared_workload(callers, seed, plan, vocab_size)
     return _sessions_of(condition, full), spec
@@ -276,7 +282,7 @@ def build_workload(
 
 def build_run(
     condition: Condition, callers: int, seed: int, plan: ColocationPlan
-) -> tuple[Workload, SimEngine, Gate | None, str]:
+) -> tuple[Workload, SimEngine, Gate | None, WorkloadSpec]:
     """What one (condition, callers, seed) runs: its workload (`build_workload`), a fresh simulated engine
     (warmed with the voice agent's system prompt under `setup.voice_warmup`, the same in every condition:
     taken from the shared workload), the gateway-side gate or None, and the workload's spec. Imports vLLM."""
@@ -326,7 +332,7 @@ def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: Colo
         "engine_config": engine.config.to_json(),
         "setup": plan.setup.to_json(),
         "api_latency_s": engine.profile.api_latency_s,
-        "spec": spec,
+        "spec": str(spec),
         "duration_s": plan.duration_s,
         "seed": seed,
     }

@@ -167,7 +167,7 @@ def run_real_one(
     from flatshare.testing.vllm_server import VllmServer, VllmServerError
 
     spec, front = serve_spec(condition, plan.setup, real), gateway_spec(condition)
-    workload, workload_name = build_workload(condition, callers, seed, plan, vocab_size=real.vocab_size)
+    workload, workload_spec = build_workload(condition, callers, seed, plan, vocab_size=real.vocab_size)
     options = WallClockOptions(
         duration_s=plan.duration_s,
         grace_s=plan.drain_s,
@@ -206,7 +206,7 @@ def run_real_one(
             "server_args": list(spec.args),
             "startup_s": round(server.startup_s or 0.0, 3),
             "setup": plan.setup.to_json(),
-            "spec": workload_name,
+            "spec": str(workload_spec),
             "duration_s": plan.duration_s,
             "seed": seed,
             "preemptions": max(preemptions, last),

@@ -21,7 +21,7 @@ from typing import IO, Any
 
 from flatshare.errors import InputError
 from flatshare.gateway.input_count import TokenCount
-from flatshare.gateway.tenants import Admission
+from flatshare.gateway.tenants import CallerGrant
 from flatshare.policy.load import BackendLoad
 from flatshare.policy.routing import RoutingDecision, Thresholds
 
@@ -45,7 +45,7 @@ def backend_fields(snap: BackendLoad) -> dict[str, Any]:
 def decision_record(
     *,
     request_id: str,
-    admission: Admission,
+    grant: CallerGrant,
     model: str | None,
     stream: bool,
     count: TokenCount,
@@ -60,10 +60,10 @@ def decision_record(
     return {
         "t": round(time.time(), 6),
         "request_id": request_id,
-        "tenant": admission.tenant,
-        "class": admission.cls,
-        "priority": admission.priority,
-        "requested_priority": admission.requested_priority,
+        "tenant": grant.tenant,
+        "class": grant.cls,
+        "priority": grant.priority,
+        "requested_priority": grant.requested_priority,
         "model": model,
         "stream": stream,
         "input_tokens": count.tokens,

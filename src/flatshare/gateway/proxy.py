@@ -50,7 +50,7 @@ from flatshare.gateway.relay import response_headers, send_stream, send_whole
 from flatshare.gateway.sse import DONE, EventFramer, EventTooLarge, token_events
 from flatshare.gateway.switch import RoutingSwitch
 from flatshare.gateway.telemetry import NO_BACKEND, GatewayMetrics
-from flatshare.gateway.tenants import Admission, Tenants
+from flatshare.gateway.tenants import CallerGrant, Tenants
 from flatshare.gateway.upstream import FirstByteTimeout, Upstream, UpstreamError, UpstreamResponse
 from flatshare.policy.gates.core import GateRequest
 from flatshare.policy.routing import RequestFeatures, RoutingDecision
@@ -83,7 +83,7 @@ class Job:
     """One admitted request on its way upstream."""
 
     inbound: Inbound
-    admission: Admission
+    grant: CallerGrant
     count: TokenCount
     features: RequestFeatures
     payload: bytes
@@ -152,12 +152,12 @@ class Proxy:
             await watched({"type": "http.response.body", "body": body, "more_body": False})
         return watched.status
 
-    # -- admission ---------------------------------------------------------------------------------------
+    # -- admission: tenant, class, priority ------------------------------------------------------------
     async def _admit(self, request: Request) -> Job:
         parts = self.parts
         raw = await read_body(request, parts.config.max_body_bytes, parts.config.clients.body_timeout_s)
         inbound = parse_inbound(raw, self.chat)
-        admission = parts.tenants.admit(request.headers, inbound.body.get("priority"))
+        grant = parts.tenants.admit(request.headers, inbound.body.get("priority"))
         known = parts.pool.known_models
         if inbound.model is not None and known and inbound.model not in known:
             raise GatewayError(
@@ -165,21 +165,21 @@ class Proxy:
             )
         sequence = next(self._sequence)
         count = await self._count(inbound, sequence)
-        parts.metrics.counted(admission.cls, count.tokens)
+        parts.metrics.counted(grant.cls, count.tokens)
         request_id = _request_id(request.headers.get("x-request-id"))
         max_tokens = inbound.body.get("max_tokens")
         features = RequestFeatures(
             request_id,
             count.tokens,
             sequence,
-            admission.priority,
-            admission.cls,
+            grant.priority,
+            grant.cls,
             max_tokens if isinstance(max_tokens, int) else None,
         )
         sentence = ascii_count(request.headers.get(FIRST_SENTENCE_HEADER), MAX_FIRST_SENTENCE_TOKENS)
         first_sentence = sentence if sentence and sentence <= MAX_FIRST_SENTENCE_TOKENS else None
-        payload = _payload(inbound, admission)
-        return Job(inbound, admission, count, features, payload, admission.session, first_sentence)
+        payload = _payload(inbound, grant)
+        return Job(inbound, grant, count, features, payload, grant.session, first_sentence)
 
     async def _count(self, inbound: Inbound, sequence: int) -> TokenCount:
         pool = self.parts.pool
@@ -259,7 +259,7 @@ class Proxy:
                 if job.first_sentence_tokens is not None:
                     first.count_tokens(lambda n: keeper.progress(gate_id, n), job.first_sentence_tokens)
                 upstream = first
-            cls = job.admission.cls
+            cls = job.grant.cls
             await send_stream(upstream, state, headers, parts.metrics, cls, started, parts.clock, send)
             return 200
         return await send_whole(upstream, state, headers, send, parts.config.clients.max_response_bytes)
@@ -272,7 +272,7 @@ class Proxy:
         request = GateRequest(
             gate_id,
             state.name,
-            job.admission.priority,
+            job.grant.priority,
             job.count.tokens,
             job.features.max_tokens,
             job.session,
@@ -308,7 +308,7 @@ class Proxy:
         parts.audit.write(
             decision_record(
                 request_id=job.features.request_id,
-                admission=job.admission,
+                grant=job.grant,
                 model=job.inbound.model,
                 stream=job.inbound.stream,
                 count=job.count,
@@ -494,11 +494,11 @@ def _client(scope: Scope) -> str:
     return f"{client[0]}:{client[1]}" if client else "unknown"
 
 
-def _payload(inbound: Inbound, admission: Admission) -> bytes:
+def _payload(inbound: Inbound, grant: CallerGrant) -> bytes:
     """The body to send: as received, unless the priority to forward differs from the body's."""
-    if inbound.body.get("priority", 0) == admission.priority:
+    if inbound.body.get("priority", 0) == grant.priority:
         return inbound.raw
-    body: dict[str, Any] = {**inbound.body, "priority": admission.priority}
+    body: dict[str, Any] = {**inbound.body, "priority": grant.priority}
     return json.dumps(body, separators=(",", ":")).encode()
 
 

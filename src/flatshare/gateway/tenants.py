@@ -33,8 +33,8 @@ DEFAULT_CLASS = "default"
 
 
 @dataclass(frozen=True)
-class Admission:
-    """The caller and the priority their request goes on with."""
+class CallerGrant:
+    """What `Tenants.admit` grants a request: its caller (tenant), class, and the priority it goes on with."""
 
     tenant: str
     cls: str
@@ -82,7 +82,7 @@ class Tenants:
             raise unauthorized("a valid API key is required: send 'Authorization: Bearer <key>'")
         return tenant
 
-    def admit(self, headers: Mapping[str, str], body_priority: object) -> Admission:
+    def admit(self, headers: Mapping[str, str], body_priority: object) -> CallerGrant:
         tenant = self.tenant(headers.get("authorization"))
         cls = headers.get(CLASS_HEADER) or DEFAULT_CLASS
         if cls != DEFAULT_CLASS and cls not in self.classes:
@@ -101,7 +101,7 @@ class Tenants:
         if tenant is not None:
             priority = max(priority, tenant.max_priority)
         name = tenant.name if tenant else OPEN_TENANT
-        return Admission(name, cls, requested, priority, _session(name, headers.get(SESSION_HEADER)))
+        return CallerGrant(name, cls, requested, priority, _session(name, headers.get(SESSION_HEADER)))
 
 
 def session_key(tenant: str, session: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from flatshare.runfiles.records import ReplayRecord
+from flatshare.runfiles.records import ReplayRecord, first_sentence_times
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ def turn_stages(record: ReplayRecord) -> TurnStages | None:
     times, scheduled, sentence = record.token_times_s, record.first_scheduled_s, record.first_sentence_s
     if record.status != "ok" or not times or scheduled is None or sentence is None:
         return None
-    n = min(record.first_sentence_tokens or 1, len(times))
-    gaps = tuple(b - a for a, b in itertools.pairwise(times[:n]))
+    gaps = tuple(
+        b - a for a, b in itertools.pairwise(first_sentence_times(times, record.first_sentence_tokens))
+    )
     return TurnStages(scheduled - record.send_s, times[0] - scheduled, sentence - times[0], gaps)

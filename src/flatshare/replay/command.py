@@ -65,7 +65,7 @@ def replay_command(
     duration: float = 0.0,
     max_concurrency: int = 256,
     grace: float = 30.0,
-    max_model_len: int = 0,
+    max_model_len: int | None = None,
     vocab_size: int = DEFAULT_VOCAB,
     priority: bool = True,
     sim_engines: int = 1,
@@ -75,12 +75,12 @@ def replay_command(
     """Replay `workload` (a spec, see `flatshare.workloads.spec`) and write `out`; InputError on bad input.
 
     `engine` holds the `--sim` engines' settings (`flatshare.sim.options`; default: `EngineConfig`'s);
-    `max_model_len`, when not 0, replaces theirs. With `--sim`, vLLM's log records go to OUT/engine.log
+    `max_model_len`, when given, replaces theirs. With `--sim`, vLLM's log records go to OUT/engine.log
     (`flatshare.enginelog`)."""
     if bool(endpoints) == sim:
         raise InputError("give --endpoint URL (one or more) or --sim, not both and not neither")
-    if duration < 0 or max_model_len < 0 or grace < 0:
-        raise InputError("--duration, --grace and --max-model-len must be >= 0")
+    if duration < 0 or grace < 0 or (max_model_len is not None and max_model_len < 1):
+        raise InputError("--duration and --grace must be >= 0, and --max-model-len >= 1")
     urls = [normalize_url(url) for url in endpoints]
     check_spec(workload)  # malformed or too large: refused before OUT is made
     prepare(out)
@@ -124,7 +124,7 @@ async def _replay_endpoints(
     urls: Sequence[str],
     out: Path,
     meta: dict[str, Any],
-    max_model_len: int,
+    max_model_len: int | None,
     options: WallClockOptions,
     show_progress: bool,
     run: dict[str, Any],
@@ -132,7 +132,7 @@ async def _replay_endpoints(
     async with httpclient.async_client(httpx.Timeout(10.0, connect=5.0)) as client:
         endpoints: list[Endpoint] = list(await asyncio.gather(*(discover(client, url) for url in urls)))
     lengths = [e.max_model_len for e in endpoints if e.max_model_len]
-    clip = max_model_len or (min(lengths) if lengths else None)
+    clip = max_model_len if max_model_len is not None else (min(lengths) if lengths else None)
     workload = load_workload(spec, meta["seed"], clip, meta["vocab_size"])
     meta |= _workload_meta(workload, clip, "wallclock")
     meta |= {"endpoints": [e.to_json() for e in endpoints], "options": dataclasses.asdict(options)}
@@ -165,7 +165,7 @@ def _replay_sim(
     spec: str,
     out: Path,
     meta: dict[str, Any],
-    max_model_len: int,
+    max_model_len: int | None,
     n_engines: int,
     o: EngineOptions,
     grace_s: float,
@@ -173,7 +173,9 @@ def _replay_sim(
 ) -> ReplaySummary:
     if n_engines < 1:
         raise InputError(f"--sim-engines must be >= 1, got {n_engines}")
-    config, profile = dataclasses.replace(o, max_model_len=max_model_len or o.max_model_len).build()
+    if max_model_len is not None:
+        o = dataclasses.replace(o, max_model_len=max_model_len)
+    config, profile = o.build()
     workload = load_workload(spec, meta["seed"], config.max_model_len, meta["vocab_size"])
     from flatshare.replay.virtual import run_virtual  # imports vLLM: after the input is checked
     from flatshare.sim.engine import SimEngine

@@ -6,10 +6,11 @@ behind, after issuing every request due by then, so a request never arrives in a
 than one step. Which engine serves a request is the `route` function's choice (default: a session stays
 on one engine, so its prefix cache stays warm).
 
-With `gate` (a gateway-side baseline, `flatshare.policy.gates.make_gate`), requests pass through
-it between their issue and their engine: it holds, releases, aborts and resubmits them and may change
-their `max_tokens` (`flatshare.replay.virtual_gate` says how, and how aborted attempts are recorded);
-its counters come back as `VirtualRun.gate_counters`.
+Requests reach their engines through one edge (`flatshare.replay.edges`), so the driver has one loop:
+straight to them, or with `gate` (a gateway-side baseline, `flatshare.policy.gates.make_gate`) through the
+gate, which holds, releases, aborts and resubmits them and may change their `max_tokens`
+(`flatshare.replay.virtual_gate` says how, and how aborted attempts are recorded); its counters come back
+as `VirtualRun.gate_counters`.
 
 With `hint_lead_s`, every request of a spoken (voice) session is preceded by an arrival hint sent
 `hint_lead_s` seconds before it, as a voice agent sends one when its voice-activity detector reports the
@@ -27,8 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flatshare.policy.gates.core import Gate
+from flatshare.replay.edges import DirectEdge, Edge
 from flatshare.replay.virtual_gate import GateDriver
-from flatshare.runfiles.records import ReplayRecord
+from flatshare.runfiles.records import ReplayRecord, first_sentence_times
 from flatshare.runfiles.samples import EngineSample
 from flatshare.runfiles.sim_records import RequestRecord
 from flatshare.scheduler.hint import HINT_KEY, HINT_TURN
@@ -95,7 +97,7 @@ class _Issuer:
         self,
         workload: Workload,
         until_s: float | None,
-        on_speech: Callable[[float, str], None] | None = None,
+        on_speech: Callable[[float, str], None],
         hint_lead_s: float | None = None,
     ) -> None:
         self.sessions = {s.id: s for s in workload.sessions}
@@ -141,17 +143,13 @@ class _Issuer:
         session = self.sessions[session_id]
         if k + 1 >= len(session.requests):
             return
-        first_sentence = None
-        if request.first_sentence_tokens is not None and record.token_times_s:
-            first_sentence = record.token_times_s[
-                min(request.first_sentence_tokens, len(record.token_times_s)) - 1
-            ]
+        sentence = first_sentence_times(record.token_times_s, request.first_sentence_tokens)
+        first_sentence = sentence[-1] if sentence else None
         done = record.finish_s if record.finish_s is not None else record.arrival_s
         t = session.issue_s(k + 1, done, len(record.token_times_s), first_sentence)
         self._push(session, k + 1, t)
-        spoken = self.on_speech is not None and session.speech_tokens_per_s is not None
+        spoken = session.speech_tokens_per_s is not None
         if spoken and (self.until_s is None or t <= self.until_s):
-            assert self.on_speech is not None
             self.on_speech(t - session.requests[k + 1].pause_before_s, session_id)
 
 
@@ -171,15 +169,13 @@ def run_virtual(
     (module docstring; not with a gate)."""
     if hint_lead_s is not None and (gate is not None or hint_lead_s < 0):
         raise ValueError("hint_lead_s must be >= 0, and hints are not sent through a gate")
-    gated = GateDriver(gate, engines) if gate is not None else None
-    issuer = _Issuer(workload, until_s, gated.speech_starts if gated is not None else None, hint_lead_s)
-    requests: dict[str, WorkloadRequest] = {}
-    served_by: dict[str, int] = {}
+    edge: Edge = GateDriver(gate, engines) if gate is not None else DirectEdge(engines)
+    issuer = _Issuer(workload, until_s, edge.speech_starts, hint_lead_s)
     while True:
         busy = [e for e in engines if e.has_work() and (stop_s is None or e.now < stop_s)]
         clock = min((e.now for e in busy), default=None)
         due = issuer.next_time()
-        wake = gated.next_time() if gated is not None else None
+        wake = edge.next_time()
         hint = issuer.next_hint_time()
         if hint is not None and (clock is None or hint <= clock) and (due is None or hint <= due):
             t, request = issuer.pop_hint()
@@ -187,25 +183,10 @@ def run_virtual(
             continue
         if due is not None and (clock is None or due <= clock) and (wake is None or due <= wake):
             t, request = issuer.pop()
-            index = route(request, engines)
-            requests[request.id], served_by[request.id] = request, index
-            if gated is not None:
-                gated.issue(t, request, index, tool_returned=_tool_returned(issuer, request))
-                continue
-            engine = engines[index]
-            sim_request = SimRequest(
-                request.id,
-                t,
-                request.prompt_token_ids,
-                request.max_tokens,
-                request.priority,
-                request.cls,
-                first_sentence_tokens=request.first_sentence_tokens,
-            )
-            engine.submit(sim_request)
+            edge.issue(t, request, route(request, engines), tool_returned=_tool_returned(issuer, request))
             continue
-        if gated is not None and wake is not None and (clock is None or wake <= clock):
-            gated.wake(wake)
+        if wake is not None and (clock is None or wake <= clock):
+            edge.wake(wake)
             continue
         if clock is None:
             break
@@ -213,20 +194,13 @@ def run_virtual(
         report = engine.step()
         if report is None:
             continue
-        if gated is not None:
-            for request_id in gated.stepped(engine, report):
-                issuer.finished(engine.records[_engine_id(gated, request_id)], requests[request_id])
-        else:
-            for request_id in report.finished:
-                if request_id in requests:  # not a hint
-                    issuer.finished(engine.records[request_id], requests[request_id])
+        for request, record in edge.stepped(engine, report):
+            issuer.finished(record, request)
         if on_progress is not None:
             on_progress(engine.now)
-    if gated is not None:
-        now = max((e.now for e in engines), default=0.0)
-        records = sorted(gated.records(now), key=lambda r: (r.send_s, r.id))
-        return _finished_run(records, engines, dict(gated.gate.counters))
-    return _finished_run(_records(engines, requests, served_by), engines, {})
+    now = max((e.now for e in engines), default=0.0)
+    records = sorted(edge.records(now), key=lambda r: (r.send_s, r.id))
+    return _finished_run(records, engines, edge.counters())
 
 
 HINT_PROMPT = (11, 12, 13, 14)  # a tiny prompt: a hint is one short request, its content unused
@@ -244,30 +218,6 @@ def _tool_returned(issuer: _Issuer, request: WorkloadRequest) -> bool:
     spoken, past its first request)."""
     session_id, k = issuer.position[request.id]
     return k > 0 and issuer.sessions[session_id].speech_tokens_per_s is None
-
-
-def _engine_id(gated: GateDriver, request_id: str) -> str:
-    engine_id = gated.engine_id(request_id)
-    if engine_id is None:
-        raise AssertionError(f"{request_id!r} finished without a live attempt")
-    return engine_id
-
-
-def _records(
-    engines: Sequence[SimEngine], requests: dict[str, WorkloadRequest], served_by: dict[str, int]
-) -> list[ReplayRecord]:
-    out = []
-    for request_id, request in requests.items():
-        engine = engines[served_by[request_id]]
-        out.append(
-            engine.records[request_id].to_record(
-                session_id=request.session_id,
-                engine=f"sim{served_by[request_id]}",
-                now=engine.now,
-                first_sentence_tokens=request.first_sentence_tokens,
-            )
-        )
-    return sorted(out, key=lambda r: (r.send_s, r.id))
 
 
 def _samples(engines: Sequence[SimEngine]) -> list[tuple[str, EngineSample]]:

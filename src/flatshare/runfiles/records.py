@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,19 @@ STATUSES = ("ok", "failed", "refused")
 UPGRADE_HINT = "convert the file with `flatshare records upgrade IN OUT`"
 MAX_TIME_S = 1e7  # seconds from the start of a run: 115 days
 MAX_TOKENS = 10_000_000  # prompt, output and first-sentence tokens of one request
+
+
+def first_sentence_times(
+    token_times_s: Sequence[float], first_sentence_tokens: int | None
+) -> Sequence[float]:
+    """When each token of a reply's first sentence came: its first `first_sentence_tokens` token times (all
+    of them for a reply cut shorter); empty when the request names no first sentence or produced nothing.
+    The one definition of the first sentence that records, the drivers and the listening pages share."""
+    if first_sentence_tokens is None:
+        return ()
+    return token_times_s[:first_sentence_tokens]
+
+
 _TIMES = ("send_s", "end_s", "first_token_s", "first_sentence_s", "first_scheduled_s")
 _COUNTS = {
     "prompt_tokens": 0,
@@ -70,10 +83,8 @@ class ReplayRecord:
 
     @property
     def first_sentence_s(self) -> float | None:
-        n = self.first_sentence_tokens
-        if n is None or not self.token_times_s:
-            return None
-        return self.token_times_s[min(n, len(self.token_times_s)) - 1]
+        sentence = first_sentence_times(self.token_times_s, self.first_sentence_tokens)
+        return sentence[-1] if sentence else None
 
     @property
     def ttft_s(self) -> float | None:

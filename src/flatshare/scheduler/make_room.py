@@ -3,7 +3,7 @@
 Each step, before vLLM's own `schedule()`:
 1. Find the waiting request vLLM will try to admit (`vllm_view.waiting_candidate`).
 2. If it could open a window or has strictly lower-priority running requests, ask whether vLLM will
-   admit it this step, counted as vLLM counts (`vllm_view.admission`, `policy.fits`): its blocks and the
+   admit it this step, counted as vLLM counts (`vllm_view.waiting_need`, `policy.fits`): its blocks and the
    watermark, the blocks and tokens the running requests that stay take first, a seat. If not, pick
    the fewest victims in vLLM's order that make it so (`policy.choose_victims`), at most
    `max_victims`, or none at all. Only then does it open a window for it. Under async scheduling with
@@ -310,7 +310,7 @@ class MakeRoomMixin(MechanismsMixin):
     ) -> policy.VictimChoice:
         config = self.make_room
         views = vllm_view.running_views(self, threshold, config.hold_decode, deferred)
-        need = vllm_view.admission(self, candidate)
+        need = vllm_view.waiting_need(self, candidate)
         refs = vllm_view.ref_counts(self, views, need)
         # Counted as unpinned only for a request the pin yields to: under "protected" an unprotected
         # request's allocation keeps the pins (the soak's case: r1 preempted for r5, refused at 50 of 50

@@ -159,8 +159,8 @@ class MechanismsMixin(FlatshareScheduler):
         return hinted if threshold is None else min(threshold, hinted)
 
     def _as_if_unpinned(
-        self, need: policy.Admission, refs: dict[int, int]
-    ) -> tuple[policy.Admission, dict[int, int]]:
+        self, need: policy.WaitingNeed, refs: dict[int, int]
+    ) -> tuple[policy.WaitingNeed, dict[int, int]]:
         """The admission counted as vLLM counts it once the pins are released (as it does when its
         allocation would fail): blocks only the pin holds are free, a hit on one costs a block, and a
         victim's block the pin also holds is freed with the victim."""

@@ -1,4 +1,4 @@
-"""make-room's decisions as pure functions of plain values: admission, victims, the hold.
+"""make-room's decisions as pure functions of plain values: admission (a `WaitingNeed`), victims, the hold.
 
 Nothing here imports vLLM; `vllm_view.py` reads the scheduler's state into these types, in the terms vLLM's
 own admission uses (blocks as `allocate_slots` counts them, seats, the token budget left after the
@@ -34,7 +34,7 @@ class RunningView:
 
 
 @dataclass(frozen=True)
-class Admission:
+class WaitingNeed:
     """What a waiting request needs from this step, as vLLM's waiting loop would check it.
 
     `request_blocks`: free blocks its allocation takes now (vLLM's own count, all KV groups, evictable
@@ -127,7 +127,7 @@ def _released(victims: Sequence[RunningView], ref_counts: dict[int, int], deferr
 
 
 def fits(
-    admission: Admission,
+    waiting: WaitingNeed,
     running: Sequence[RunningView],
     victims: Sequence[RunningView],
     ref_counts: dict[int, int],
@@ -145,27 +145,27 @@ def fits(
     """
     gone = {v.request_id for v in victims}
     staying = [r for r in running if r.request_id not in gone]
-    if admission.seats_free + len(victims) <= 0:
+    if waiting.seats_free + len(victims) <= 0:
         return False
     tokens = [r.next_tokens if next_step else r.step_tokens for r in staying]
-    left = admission.budget_left(tokens)
-    if left <= 0 or admission.chunk_tokens > left:
+    left = waiting.budget_left(tokens)
+    if left <= 0 or waiting.chunk_tokens > left:
         return False
-    if admission.lora_refused(r.lora_id for r in staying):  # held ones too: `_new_adapter_past_limit`
+    if waiting.lora_refused(r.lora_id for r in staying):  # held ones too: `_new_adapter_past_limit`
         return False
     released = _released(victims, ref_counts, deferred)
     taken = {r.request_id: r.step_blocks + (r.next_blocks if next_step else 0) for r in staying}
-    need = admission.request_blocks + len(released & admission.hit_block_ids) + sum(taken.values())
-    need += admission.watermark_blocks if staying else 0
-    if admission.load_reserved_blocks:  # what a staying prefill takes first is no longer reserved
+    need = waiting.request_blocks + len(released & waiting.hit_block_ids) + sum(taken.values())
+    need += waiting.watermark_blocks if staying else 0
+    if waiting.load_reserved_blocks:  # what a staying prefill takes first is no longer reserved
         need += sum(
-            max(n - taken.get(rid, 0), 0) for rid, n in admission.load_reserved_blocks if rid not in gone
+            max(n - taken.get(rid, 0), 0) for rid, n in waiting.load_reserved_blocks if rid not in gone
         )
-    return need <= admission.free_blocks + len(released)
+    return need <= waiting.free_blocks + len(released)
 
 
 def choose_victims(
-    admission: Admission,
+    waiting: WaitingNeed,
     running: Sequence[RunningView],
     waiting_priority: int,
     max_victims: int,
@@ -182,20 +182,20 @@ def choose_victims(
     that then missed the next step by the block a decoding request took in it. With `for_seats` false
     a victim is never taken only to free a seat (the waiting request then waits for one, as in stock
     vLLM); with `next_step` false only victims that admit it this step are taken."""
-    if fits(admission, running, (), ref_counts):
+    if fits(waiting, running, (), ref_counts):
         return VictimChoice((), admitted=True)
     candidates = [r for r in vllm_victim_order(running) if r.priority > waiting_priority]
-    seat_bound = admission.seats_free <= 0
+    seat_bound = waiting.seats_free <= 0
     if seat_bound and not for_seats:
         return VictimChoice((), admitted=False)
     chosen: list[RunningView] = []
     for candidate in candidates[:max_victims]:
         chosen.append(candidate)
         victims = tuple(r.request_id for r in chosen)
-        if fits(admission, running, chosen, ref_counts):
+        if fits(waiting, running, chosen, ref_counts):
             return VictimChoice(victims, admitted=True, for_seats=seat_bound)
         deferred = next_step and any(not r.freeable for r in chosen)
-        if deferred and fits(admission, running, chosen, ref_counts, deferred=True, next_step=True):
+        if deferred and fits(waiting, running, chosen, ref_counts, deferred=True, next_step=True):
             return VictimChoice(victims, admitted=False, for_seats=seat_bound, next_step=True)
     return VictimChoice((), admitted=False, declined=bool(candidates))
 

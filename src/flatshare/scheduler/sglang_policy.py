@@ -43,7 +43,7 @@ def eligible(running_priority: int, waiting_priority: int, threshold: int) -> bo
 
 
 def choose(
-    admission: policy.Admission,
+    admission: policy.WaitingNeed,
     running: Sequence[policy.RunningView],
     waiting_priority: int,
     threshold: int,

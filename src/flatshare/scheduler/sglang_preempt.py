@@ -15,7 +15,7 @@ held out of later batches: no window, no bound on victims.
 
 This scheduler applies that rule, written anew (no SGLang code), before each vLLM `schedule()` step:
 1. Take the waiting request vLLM will try to admit (`vllm_view.waiting_candidate`, as make-room does).
-2. If vLLM would not admit it for blocks or seats, counted as vLLM counts (`vllm_view.admission`,
+2. If vLLM would not admit it for blocks or seats, counted as vLLM counts (`vllm_view.waiting_need`,
    `policy.fits`), choose SGLang's victims (`sglang_policy.choose`) and preempt them through vLLM's own
    path (`Scheduler._preempt_request`): their blocks go back to the pool, hashed full blocks stay in
    vLLM's prefix cache until evicted (closer to SGLang's radix cache than SGLang's own victims get), and
@@ -109,7 +109,7 @@ class SglangPreemptMixin(FlatshareScheduler):
         if not any(r.priority > candidate.priority for r in self.running):
             return None  # nothing with a worse priority: vLLM decides alone
         views = vllm_view.running_views(self, None, False, deferred)
-        need = vllm_view.admission(self, candidate)
+        need = vllm_view.waiting_need(self, candidate)
         refs = vllm_view.ref_counts(self, views, need)
         choice = sglang_policy.choose(need, views, candidate.priority, self.sglang_preempt.threshold, refs)
         stats = self.sglang_preempt_stats

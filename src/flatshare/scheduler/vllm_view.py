@@ -284,7 +284,7 @@ def unpredictable(s: Any, request: Request) -> str | None:
     return None
 
 
-def admission(s: Any, request: Request) -> policy.Admission:
+def waiting_need(s: Any, request: Request) -> policy.WaitingNeed:
     """What `request` needs to be admitted this step, counted as vLLM's waiting loop counts it: the new
     blocks `allocate_slots` takes, the watermark, the seats and budgets, the chunk it would schedule
     (checked against the budget when chunked prefill is off) and its LoRA adapter. The request must be
@@ -318,7 +318,7 @@ def admission(s: Any, request: Request) -> policy.Admission:
     watermark = manager.watermark_blocks if request.status in READY else 0
     seats = s.max_num_active_reqs - len(s.running) - s.num_waiting_for_streaming_input
     free = manager.block_pool.get_num_free_blocks()
-    return policy.Admission(
+    return policy.WaitingNeed(
         needed,
         held_hits,
         watermark,
@@ -420,7 +420,7 @@ def blocks_to_allocate(
     )
 
 
-def ref_counts(s: Any, views: list[policy.RunningView], admission: policy.Admission) -> dict[int, int]:
+def ref_counts(s: Any, views: list[policy.RunningView], admission: policy.WaitingNeed) -> dict[int, int]:
     """Current holders of every block the decision looks at."""
     pool = s.kv_cache_manager.block_pool.blocks
     ids = {b for view in views for b in view.block_ids} | admission.hit_block_ids

@@ -41,10 +41,12 @@ def check_scheduler_name(name: str) -> None:
     raise InputError(f"scheduler {name!r}: not a dotted path (module.Class) nor one of {known}")
 
 
-def fitting_model_len(kv_tokens: int, block_size: int, cap: int = 32768) -> int:
-    """The largest max_model_len vLLM accepts for this KV cache, at most `cap`: vLLM keeps one block
-    as its null block, so a request can hold `(kv_tokens // block_size - 1) * block_size` tokens."""
-    return min(cap, (kv_tokens // block_size - 1) * block_size)
+def fitting_model_len(kv_tokens: int, block_size: int, cap: int | None = None) -> int:
+    """The largest max_model_len vLLM accepts for this KV cache, at most `cap` (default: `EngineConfig`'s
+    `max_model_len`): vLLM keeps one block as its null block, so a request can hold
+    `(kv_tokens // block_size - 1) * block_size` tokens."""
+    limit = DEFAULT_ENGINE.max_model_len if cap is None else cap
+    return min(limit, (kv_tokens // block_size - 1) * block_size)
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 
 `flatshare sim`, `serve-sim` and `replay --sim` take the same engine options; their typer defaults are
 this dataclass's fields, which are `EngineConfig`'s (`DEFAULT_ENGINE`) except where a command option
-means "derive it": `kv_tokens` 0 (the step-time profile's), `max_model_len` 0 (what the KV cache
-holds, at most 32768), `profile` "" (the shipped default), `make_room` "" (no make-room settings) and
-`additional_config` "" (none: vLLM's `--additional-config`, a JSON object).
+means "derive it": `kv_tokens` None (the step-time profile's, as `Setup.kv_tokens` None),
+`max_model_len` None (what the KV cache holds, at most `EngineConfig`'s default), `profile` "" (the
+shipped default), `make_room` "" (no make-room settings) and `additional_config` "" (none: vLLM's
+`--additional-config`, a JSON object).
 Pure Python: importing this module imports no vLLM (checking a flatshare scheduler's settings does,
 when `build()` runs).
 """
@@ -31,15 +32,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """The simulated engine's command-line options, before the profile fills in what they leave at 0."""
+    """The simulated engine's command-line options, before the profile fills in what they leave None."""
 
     scheduler: str = DEFAULT_ENGINE.scheduler
     policy: str = DEFAULT_ENGINE.policy
     profile: str = ""
-    kv_tokens: int = 0
+    kv_tokens: int | None = None
     max_num_batched_tokens: int = DEFAULT_ENGINE.max_num_batched_tokens
     max_num_seqs: int = DEFAULT_ENGINE.max_num_seqs
-    max_model_len: int = 0
+    max_model_len: int | None = None
     block_size: int = DEFAULT_ENGINE.block_size
     cpu_tier_tokens: int = DEFAULT_ENGINE.cpu_tier_tokens
     make_room: str = ""
@@ -50,14 +51,16 @@ class EngineOptions:
         from flatshare.sim.profile import DEFAULT_PROFILE, load_profile
 
         step_profile = load_profile(self.profile or DEFAULT_PROFILE)
-        kv = self.kv_tokens or step_profile.default_kv_tokens
+        kv = step_profile.default_kv_tokens if self.kv_tokens is None else self.kv_tokens
         config = EngineConfig(
             block_size=self.block_size,
             kv_tokens=kv,
             max_num_batched_tokens=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs,
             policy=self.policy,
-            max_model_len=self.max_model_len or fitting_model_len(kv, self.block_size),
+            max_model_len=fitting_model_len(kv, self.block_size)
+            if self.max_model_len is None
+            else self.max_model_len,
             scheduler=self.scheduler,
             additional_config=additional_config(self.scheduler, self.additional_config, self.make_room),
             cpu_tier_tokens=self.cpu_tier_tokens,

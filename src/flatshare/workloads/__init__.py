@@ -5,7 +5,8 @@
 - `traces`: Azure LLM 2023, Mooncake, WEKA Claude Code and ShareGPT loaders.
 - `synth`: voice calls, coding agents, one long request beside short ones.
 - Priorities per class: `flatshare.policy.classes.DEFAULT_PRIORITY`.
-- `spec`: `parse_spec("voice-agents:callers=2,agents=24")` -> `Workload`.
+- `spec`: `WorkloadSpec`, a typed workload name; `read_spec` reads its text form and
+  `parse_spec("voice-agents:callers=2,agents=24")` -> `Workload`. `kinds`: the workloads a spec can name.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from flatshare.workloads.model import (
     clip_to_model_len,
     merge,
 )
-from flatshare.workloads.spec import parse_spec
+from flatshare.workloads.spec import WorkloadSpec, parse_spec, read_spec
 from flatshare.workloads.synth import AgentProfile, VoiceProfile, coding_agents, long_short, voice_calls
 from flatshare.workloads.traces import (
     TraceOptions,
@@ -35,6 +36,7 @@ __all__ = [
     "VoiceProfile",
     "Workload",
     "WorkloadRequest",
+    "WorkloadSpec",
     "clip_to_model_len",
     "coding_agents",
     "load_azure",
@@ -44,6 +46,7 @@ __all__ = [
     "long_short",
     "merge",
     "parse_spec",
+    "read_spec",
     "voice_calls",
     "weka_sessions",
 ]

@@ -1,4 +1,5 @@
-"""docs/workloads.md, the workload spec reference, generated from the spec parser's own table (`KINDS`).
+"""docs/workloads.md, the workload spec reference, generated from the table of kinds
+(`flatshare.workloads.kinds.KINDS`).
 
 Regenerate after changing a kind, key, default or bound (tests/workloads/test_workloads_reference.py fails
 until then): `python -m flatshare.workloads.reference > docs/workloads.md`.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flatshare.workloads import spec
+from flatshare.workloads import kinds, spec
 
 HEADER = """# Workload specs
 
@@ -38,7 +39,7 @@ def render() -> str:
             sessions=spec.MAX_SESSION_SECONDS,
         )
     ]
-    for name, kind in spec.KINDS.items():
+    for name, kind in kinds.KINDS.items():
         parts.append(_kind_section(name, kind))
     return "\n".join(parts)
 
@@ -70,7 +71,7 @@ def _default(value: object) -> str:
 
 def _range(key: str, kind_type: type) -> str:
     if key == "agent_source":
-        return ", ".join(spec.AGENT_SOURCES)
+        return ", ".join(kinds.AGENT_SOURCES)
     if kind_type in (bool, str):
         return ""
     low, high = spec.bounds(key, kind_type)
