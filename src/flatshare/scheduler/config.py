@@ -50,6 +50,11 @@ class MakeRoomConfig:
     `sentence_end_token_ids`: token ids that end a sentence in the served model's vocabulary (".", "!",
     "?" and their variants); when given, a protected request's window also closes once it has sampled one,
     so the hold lasts the reply's first sentence, at most T tokens. Empty: the window is T tokens.
+    `hold_ride_tokens`: the ride (`ride.py`): in a held step where no protected request prefills or
+    waits, held running prefills still get this many tokens in all, in vLLM's running order. 0 turns it
+    off (the hold keeps all lower-priority prefill out).
+    `hold_ride_max_context`: with the ride on, only a request whose context after its chunk is at most
+    this many tokens rides (a chunk's attention grows with the context it reads). 0: any context.
     `trace_path`: if set, append one JSON line per step in which make-room acted or held; the file
     must be writable when the scheduler is built.
     `allow_untested_vllm`: run on a vLLM version make-room was not tested against (a warning instead of
@@ -69,6 +74,8 @@ class MakeRoomConfig:
     recompute_tail_tokens: int = 0
     hint_window_s: float = 0.0
     sentence_end_token_ids: tuple[int, ...] = ()
+    hold_ride_tokens: int = 0
+    hold_ride_max_context: int = 0
     trace_path: str | None = None
     allow_untested_vllm: bool = False
 
@@ -84,6 +91,8 @@ class MakeRoomConfig:
             ("max_hold_steps", 1),
             ("max_connector_deferrals", 0),
             ("recompute_tail_tokens", 0),
+            ("hold_ride_tokens", 0),
+            ("hold_ride_max_context", 0),
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
@@ -105,6 +114,8 @@ class MakeRoomConfig:
             raise MakeRoomConfigError(
                 f"make_room.pin_yields_to must be one of {PIN_YIELDS}, got {self.pin_yields_to!r}"
             )
+        if self.hold_ride_max_context and not self.hold_ride_tokens:
+            raise MakeRoomConfigError("make_room.hold_ride_max_context needs make_room.hold_ride_tokens > 0")
         if not isinstance(self.protect_priority, int) or isinstance(self.protect_priority, bool):
             raise MakeRoomConfigError(
                 f"make_room.protect_priority must be an integer, got {self.protect_priority!r}"

@@ -162,7 +162,10 @@ class MakeRoomMixin(MechanismsMixin):
                 request.next_decode_eligible_step = eligible
             self._hold_threshold = None
             self._unpark_queue()
-        self._after_step(plan, output, bool(held) or self._held_waiting > 0, deferred, trace)
+        self._count_ride(output.num_scheduled_tokens, trace)
+        self._after_step(
+            plan, output, bool(held) or self._held_waiting > 0 or "riders" in trace, deferred, trace
+        )
         self._trace.write(self.current_step, trace)
         return output
 
@@ -344,10 +347,19 @@ class MakeRoomMixin(MechanismsMixin):
         held: dict[str, tuple[Request, int]] = {}
         prefill = decode = 0
         skip_until = self.current_step + 2  # schedule() increments current_step first
+        threshold, hold_decode = self._hold_threshold, self.make_room.hold_decode
+        riders = self._choose_riders(
+            threshold,  # type: ignore[arg-type]  # set: the hold is on
+            [
+                r
+                for r in self.running
+                if policy.is_held(r.priority, threshold, True, False) and vllm_view.is_prefill(r)
+            ],
+        )
         for request in self.running:
             is_prefill = vllm_view.is_prefill(request)
-            if not policy.is_held(
-                request.priority, self._hold_threshold, is_prefill, self.make_room.hold_decode
+            if request.request_id in riders or not policy.is_held(
+                request.priority, threshold, is_prefill, hold_decode
             ):
                 continue
             held[request.request_id] = (request, request.next_decode_eligible_step)
