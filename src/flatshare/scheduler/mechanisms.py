@@ -172,8 +172,14 @@ class MechanismsMixin(FlatshareScheduler):
         waiting = any(
             r.priority <= threshold for r in _members(self.waiting) + _members(self.kv_holding_waiting)
         )
+        riding = {r.request_id for r in held_prefill}
+        others = sum(  # what the running loop gives the rest: decodes (with draft tokens)
+            max(r.num_tokens_with_spec + r.num_output_placeholders - r.num_computed_tokens, 0)
+            for r in self.running
+            if r.request_id not in riding
+        )
         if not ride.ride_allowed(
-            prefilling, waiting, len(self.running), config.hold_ride_tokens, self.max_num_scheduled_tokens
+            prefilling, waiting, others, config.hold_ride_tokens, self.max_num_scheduled_tokens
         ):
             return set()
         views = (

@@ -9,9 +9,9 @@ step, and optionally only requests whose context after the chunk is at most `hol
 a GPU). The rule uses only what vLLM's scheduler knows: token counts and context lengths.
 
 A step rides only when no protected work could lose tokens to the riders (`ride_allowed`): nothing at
-or above the hold's priority prefills or waits for admission, and the step's token budget holds every
-running request's decode plus the ride. Riders come from the running requests only (waiting ones stay
-held: admitting one would allocate its blocks inside the protected window), in vLLM's running order.
+or above the hold's priority prefills or waits for admission, and the step's token budget holds what
+every other running request takes plus the ride. Riders come from the running requests only (waiting
+ones stay held: admitting one would allocate its blocks inside the protected window), in vLLM's running order.
 
 Pure functions: `make_room.py` reads vLLM's state into `RideView`s and caps each rider's chunk through
 vLLM's per-request chunk hook.
@@ -34,13 +34,14 @@ class RideView(NamedTuple):
 
 
 def ride_allowed(
-    protected_prefilling: bool, protected_waiting: bool, running: int, ride_tokens: int, step_budget: int
+    protected_prefilling: bool, protected_waiting: bool, others: int, ride_tokens: int, step_budget: int
 ) -> bool:
-    """Whether this held step may carry riders: no protected request prefills or waits, and the budget holds
-    one token for each running request (a decode) plus the whole ride, so no protected token is cut."""
+    """Whether this held step may carry riders: no protected request prefills or waits, and the step's token
+    budget holds what the other running requests take (`others`: their decodes, draft tokens included)
+    plus the whole ride, so no protected token is cut."""
     if ride_tokens <= 0 or protected_prefilling or protected_waiting:
         return False
-    return running + ride_tokens <= step_budget
+    return others + ride_tokens <= step_budget
 
 
 def choose_riders(held: Iterable[RideView], ride_tokens: int, max_context: int) -> dict[str, int]:
