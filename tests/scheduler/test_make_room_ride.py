@@ -24,6 +24,8 @@ from simkit import req
         ({"hold_ride_tokens": 64.0}, "hold_ride_tokens"),
         ({"hold_ride_tokens": 64, "hold_ride_max_context": -5}, "hold_ride_max_context"),
         ({"hold_ride_max_context": 8192}, "hold_ride_max_context"),
+        ({"hold_ride_waiting": True}, "hold_ride_waiting"),
+        ({"hold_ride_tokens": 64, "hold_ride_waiting": 1}, "hold_ride_waiting"),
     ],
 )
 def test_bad_ride_settings_are_refused(settings: dict[str, object], key: str) -> None:
@@ -66,7 +68,9 @@ def test_a_step_rides_only_when_no_protected_work_can_lose_tokens(
 RIDE = 64
 
 
-def _run(tmp_path: Path, **settings: object) -> tuple[list[StepReport], SimEngine, list[dict[str, object]]]:
+def _run(
+    tmp_path: Path, prefiller_at: float = 0.5, **settings: object
+) -> tuple[list[StepReport], SimEngine, list[dict[str, object]]]:
     trace = tmp_path / f"trace-{len(list(tmp_path.iterdir()))}.jsonl"
     make_room = {"enabled": True, "window_tokens": 48, "trace_path": str(trace), **settings}
     config = EngineConfig(scheduler="make-room", additional_config={"make_room": make_room})
@@ -76,7 +80,7 @@ def _run(tmp_path: Path, **settings: object) -> tuple[list[StepReport], SimEngin
     engine.run(
         [
             req("decoder", 0.0, 300, 400, priority=10),
-            req("prefiller", 0.5, 30000, 5, priority=10),  # still prefilling when the turn arrives
+            req("prefiller", prefiller_at, 30000, 5, priority=10),  # at 0.5: prefilling when the turn arrives
             req("voice", 1.0, 400, 60, priority=0),
         ]
     )
@@ -116,3 +120,20 @@ def test_a_context_past_the_limit_never_rides(tmp_path: Path) -> None:
     window = [s for s in steps if s.scheduled.get("voice") and s.end_s <= voice.token_times_s[47]]
     assert window and not any(s.scheduled.get("prefiller") for s in window)  # its context is far past 2,000
     assert engine.result().scheduler_counters["ride_steps"] == 0
+
+
+@pytest.mark.vllm
+def test_with_hold_ride_waiting_a_held_waiting_request_is_admitted_with_a_chunk_of_the_ride(
+    tmp_path: Path,
+) -> None:
+    def window_prefill(**settings: object) -> list[int]:
+        steps, engine, _ = _run(
+            tmp_path, prefiller_at=1.2, hold_ride_tokens=RIDE, **settings
+        )  # after the turn
+        voice = engine.records["voice"]
+        end = voice.token_times_s[47]
+        return [s.scheduled.get("prefiller", 0) for s in steps if s.scheduled.get("voice") and s.end_s <= end]
+
+    assert not any(window_prefill())  # waiting: held without `hold_ride_waiting`
+    riding = window_prefill(hold_ride_waiting=True)
+    assert any(riding) and max(riding) <= RIDE

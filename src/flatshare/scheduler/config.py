@@ -55,6 +55,9 @@ class MakeRoomConfig:
     off (the hold keeps all lower-priority prefill out).
     `hold_ride_max_context`: with the ride on, only a request whose context after its chunk is at most
     this many tokens rides (a chunk's attention grows with the context it reads). 0: any context.
+    `hold_ride_waiting`: with the ride on, held waiting requests ride too, after the running ones: vLLM
+    admits them with a chunk of the ride (their context counted as their whole prompt, whose prefix hits
+    are found only in the step).
     `trace_path`: if set, append one JSON line per step in which make-room acted or held; the file
     must be writable when the scheduler is built.
     `allow_untested_vllm`: run on a vLLM version make-room was not tested against (a warning instead of
@@ -76,11 +79,18 @@ class MakeRoomConfig:
     sentence_end_token_ids: tuple[int, ...] = ()
     hold_ride_tokens: int = 0
     hold_ride_max_context: int = 0
+    hold_ride_waiting: bool = False
     trace_path: str | None = None
     allow_untested_vllm: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("enabled", "hold_decode", "preempt_for_seats", "allow_untested_vllm"):
+        for name in (
+            "enabled",
+            "hold_decode",
+            "preempt_for_seats",
+            "hold_ride_waiting",
+            "allow_untested_vllm",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise MakeRoomConfigError(
                     f"make_room.{name} must be true or false, got {getattr(self, name)!r}"
@@ -114,8 +124,9 @@ class MakeRoomConfig:
             raise MakeRoomConfigError(
                 f"make_room.pin_yields_to must be one of {PIN_YIELDS}, got {self.pin_yields_to!r}"
             )
-        if self.hold_ride_max_context and not self.hold_ride_tokens:
-            raise MakeRoomConfigError("make_room.hold_ride_max_context needs make_room.hold_ride_tokens > 0")
+        for name in ("hold_ride_max_context", "hold_ride_waiting"):
+            if getattr(self, name) and not self.hold_ride_tokens:
+                raise MakeRoomConfigError(f"make_room.{name} needs make_room.hold_ride_tokens > 0")
         if not isinstance(self.protect_priority, int) or isinstance(self.protect_priority, bool):
             raise MakeRoomConfigError(
                 f"make_room.protect_priority must be an integer, got {self.protect_priority!r}"

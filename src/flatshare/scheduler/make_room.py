@@ -178,7 +178,8 @@ class MakeRoomMixin(MechanismsMixin):
     def _handle_blocked_waiting_request(self, request: Request) -> bool:
         if not super()._handle_blocked_waiting_request(request):
             return False
-        if policy.is_held(request.priority, self._hold_threshold, True, False):
+        held = policy.is_held(request.priority, self._hold_threshold, True, False)
+        if held and request.request_id not in self._ride_caps:
             self._held_waiting += 1
             return False
         return not self._new_adapter_past_limit(request)
@@ -348,14 +349,7 @@ class MakeRoomMixin(MechanismsMixin):
         prefill = decode = 0
         skip_until = self.current_step + 2  # schedule() increments current_step first
         threshold, hold_decode = self._hold_threshold, self.make_room.hold_decode
-        riders = self._choose_riders(
-            threshold,  # type: ignore[arg-type]  # set: the hold is on
-            [
-                r
-                for r in self.running
-                if policy.is_held(r.priority, threshold, True, False) and vllm_view.is_prefill(r)
-            ],
-        )
+        riders = self._choose_riders(threshold)  # type: ignore[arg-type]  # set: the hold is on
         for request in self.running:
             is_prefill = vllm_view.is_prefill(request)
             if request.request_id in riders or not policy.is_held(
@@ -383,7 +377,12 @@ class MakeRoomMixin(MechanismsMixin):
         PREEMPTED, so vLLM's blocked-status promotions (grammar, remote KV) are never delayed; they join
         `deferred_waiting` as vLLM's skip would add them, and `get_request_counts()` still counts them."""
         threshold, waiting = self._hold_threshold, self.waiting
-        if threshold is None or not waiting or self.policy != SchedulingPolicy.PRIORITY:
+        if (
+            threshold is None
+            or not waiting
+            or self.policy != SchedulingPolicy.PRIORITY
+            or self._waiting_riders
+        ):
             return None
         if not policy.is_held(waiting.peek_request().priority, threshold, True, False):
             return None

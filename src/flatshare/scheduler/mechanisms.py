@@ -67,6 +67,7 @@ class MechanismsMixin(FlatshareScheduler):
         self._sentences_done: set[str] = set()  # protected requests whose first sentence is out
         self._pending_trace: dict[str, Any] = {}  # what happened between steps, traced with the next
         self._ride_caps: dict[str, int] = {}  # this step's riders and their chunk caps (`ride.py`)
+        self._waiting_riders = False  # some of them wait: the held queue is not set aside
         self.clock: Callable[[], float] = time.time  # vLLM's clock for `Request.arrival_time`
 
     def use_clock(self, clock: Callable[[], float]) -> None:
@@ -161,32 +162,49 @@ class MechanismsMixin(FlatshareScheduler):
         trace["hint_open"] = len(self._hints)
         return hinted if threshold is None else min(threshold, hinted)
 
-    def _choose_riders(self, threshold: int, held_prefill: list[Request]) -> set[str]:
-        """The held running prefills that ride this step (`ride.py`), their chunk caps kept for
+    def _choose_riders(self, threshold: int) -> set[str]:
+        """The held prefills that ride this step (`ride.py`): running ones in vLLM's running order, then,
+        with `hold_ride_waiting`, waiting ones in vLLM's admission order; their chunk caps are kept for
         `_reserve_prefill_lookahead`."""
-        self._ride_caps = {}
+        self._ride_caps, self._waiting_riders = {}, False
         config = self.make_room
-        if config.hold_ride_tokens <= 0 or not held_prefill:
+        if config.hold_ride_tokens <= 0:
             return set()
-        prefilling = any(r.priority <= threshold and vllm_view.is_prefill(r) for r in self.running)
-        waiting = any(
-            r.priority <= threshold for r in _members(self.waiting) + _members(self.kv_holding_waiting)
-        )
-        riding = {r.request_id for r in held_prefill}
+        held = [
+            r
+            for r in self.running
+            if policy.is_held(r.priority, threshold, True, False) and vllm_view.is_prefill(r)
+        ]
+        waiting = _members(self.waiting) + _members(self.kv_holding_waiting)
+        views = [
+            ride.RideView(r.request_id, r.num_tokens - r.num_computed_tokens, r.num_computed_tokens)
+            for r in held
+        ]
+        if config.hold_ride_waiting:
+            # Its prefix hits are found only in the step: its context may be all of its prompt but the chunk.
+            ready = sorted(
+                (r for r in _members(self.waiting) if r.status in vllm_view.READY), key=_admission_order
+            )
+            views += [
+                ride.RideView(r.request_id, r.num_tokens - r.num_computed_tokens, r.num_tokens) for r in ready
+            ]
+        if not views:
+            return set()
+        riding = {v.request_id for v in views}
         others = sum(  # what the running loop gives the rest: decodes (with draft tokens)
             max(r.num_tokens_with_spec + r.num_output_placeholders - r.num_computed_tokens, 0)
             for r in self.running
             if r.request_id not in riding
         )
+        prefilling = any(r.priority <= threshold and vllm_view.is_prefill(r) for r in self.running)
+        protected_waiting = any(r.priority <= threshold for r in waiting)
         if not ride.ride_allowed(
-            prefilling, waiting, others, config.hold_ride_tokens, self.max_num_scheduled_tokens
+            prefilling, protected_waiting, others, config.hold_ride_tokens, self.max_num_scheduled_tokens
         ):
             return set()
-        views = (
-            ride.RideView(r.request_id, r.num_tokens - r.num_computed_tokens, r.num_computed_tokens)
-            for r in held_prefill
-        )
         self._ride_caps = ride.choose_riders(views, config.hold_ride_tokens, config.hold_ride_max_context)
+        running = {r.request_id for r in held}
+        self._waiting_riders = any(rid not in running for rid in self._ride_caps)
         return set(self._ride_caps)
 
     def _reserve_prefill_lookahead(
@@ -228,3 +246,8 @@ class MechanismsMixin(FlatshareScheduler):
 def _members(queue: Any) -> list[Request]:
     """A request queue's requests in any order (the priority queue's heap: no sorted copy)."""
     return list(getattr(queue, "_heap", queue))
+
+
+def _admission_order(request: Request) -> tuple[int, float]:
+    """vLLM's priority policy's order: priority, then arrival."""
+    return request.priority, request.arrival_time
