@@ -114,10 +114,12 @@ MECHANISM_CONDITIONS = (
     ),
 )
 # The ride (docs/make-room.md): held agent prefill rides in the hold's decode steps, a bounded chunk per
-# step (`hold_ride_tokens`), optionally only below a context length (`hold_ride_max_context`); over T=48
-# and over the best stack.
+# step (`hold_ride_tokens`), optionally only below a context length (`hold_ride_max_context`) and also
+# from the waiting queue (`hold_ride_waiting`); over T=48 and over the best stack.
 RIDES = {"ride64": {"hold_ride_tokens": 64}, "ride256": {"hold_ride_tokens": 256}}
 RIDES["ride256-ctx8k"] = {"hold_ride_tokens": 256, "hold_ride_max_context": 8192}
+RIDES["ride64-waiting"] = {"hold_ride_tokens": 64, "hold_ride_waiting": True}
+RIDES["ride128-waiting"] = {"hold_ride_tokens": 128, "hold_ride_waiting": True}
 RIDE_CONDITIONS = tuple(
     c
     for name, ride in RIDES.items()
