@@ -120,6 +120,7 @@ RIDES = {"ride64": {"hold_ride_tokens": 64}, "ride256": {"hold_ride_tokens": 256
 RIDES["ride256-ctx8k"] = {"hold_ride_tokens": 256, "hold_ride_max_context": 8192}
 RIDES["ride64-waiting"] = {"hold_ride_tokens": 64, "hold_ride_waiting": True}
 RIDES["ride128-waiting"] = {"hold_ride_tokens": 128, "hold_ride_waiting": True}
+RIDES["ride64-waiting-ctx8k"] = {**RIDES["ride64-waiting"], "hold_ride_max_context": 8192}
 RIDE_CONDITIONS = tuple(
     c
     for name, ride in RIDES.items()
