@@ -346,6 +346,14 @@ def check_hold_bound(run: Run, scenario: Scenario) -> None:
             assert streak <= bound, f"hold of {streak} steps in a row (bound {bound})"
 
 
+def check_ride(run: Run, scenario: Scenario) -> None:
+    """A held step's riders get at most the ride in all (`hold_ride_tokens`)."""
+    budget = scenario.make_room.get("hold_ride_tokens", 0)
+    for line in run.trace:
+        if "riders" in line:
+            assert 0 < sum(line["riders"].values()) <= budget, line
+
+
 # A protected request's first step may come later than under stock vLLM when work the hold deferred runs
 # later and sits in the memory or seat it then needs, and `max_victims` (1 in some examples) or vLLM's
 # victim order does not reach far enough to free it. Measured over 1,500 drawn examples (604 protected
@@ -450,14 +458,6 @@ LORA_TRADE = Scenario(
     {"enabled": True, "max_victims": 1, "window_tokens": 0, "hold_decode": False, "preempt_for_seats": True,
      "max_hold_steps": 4, "max_connector_deferrals": 0},
 )  # fmt: skip
-
-
-def check_ride(run: Run, scenario: Scenario) -> None:
-    """A held step's riders get at most the ride in all (`hold_ride_tokens`)."""
-    budget = scenario.make_room.get("hold_ride_tokens", 0)
-    for line in run.trace:
-        if "riders" in line:
-            assert 0 < sum(line["riders"].values()) <= budget, line
 
 
 def check_every_invariant(run: Run, stock: Run, scenario: Scenario) -> None:
