@@ -10,10 +10,18 @@ import pytest
 from typer.testing import CliRunner
 
 from flatshare.cli import app
-from flatshare.colocation.experiment import BASELINE_CONDITIONS, MAIN_CONDITIONS, ColocationPlan, run_plan
+from flatshare.colocation.experiment import (
+    BASELINE_CONDITIONS,
+    MAIN_CONDITIONS,
+    RIDE_CONDITIONS,
+    ColocationPlan,
+    pick_conditions,
+    run_plan,
+)
 from flatshare.colocation.report import build_report
 from flatshare.colocation.summary import SUMMARY_VERSION, load_summary
 from flatshare.listen.speech import missing_tools
+from flatshare.scheduler.config import MakeRoomConfig
 
 pytestmark = pytest.mark.vllm
 
@@ -221,3 +229,15 @@ def test_the_shared_workload_is_built_from_a_typed_spec_whose_text_the_run_saves
     voice_system = QUICK.setup.voice_system_tokens
     text = f"voice-agents:callers=2,agents={QUICK.agents},duration=300.0,voice_system={voice_system}"
     assert str(spec) == text and read_spec(text) == spec
+
+
+def test_the_ride_conditions_are_named_and_their_settings_are_valid() -> None:
+    picked = pick_conditions("make-room-t48-ride64-waiting,make-room-t48-pinres-tail-hint-ride64")
+    assert [c.key for c in picked] == [
+        "make-room-t48-pinres-tail-hint-ride64",
+        "make-room-t48-ride64-waiting",
+    ]
+    for condition in RIDE_CONDITIONS:
+        assert condition.additional_config is not None
+        config = MakeRoomConfig.from_additional_config(condition.additional_config)
+        assert config.enabled and config.window_tokens == 48 and config.hold_ride_tokens > 0

@@ -346,6 +346,14 @@ def check_hold_bound(run: Run, scenario: Scenario) -> None:
             assert streak <= bound, f"hold of {streak} steps in a row (bound {bound})"
 
 
+def check_ride(run: Run, scenario: Scenario) -> None:
+    """A held step's riders get at most the ride in all (`hold_ride_tokens`)."""
+    budget = scenario.make_room.get("hold_ride_tokens", 0)
+    for line in run.trace:
+        if "riders" in line:
+            assert 0 < sum(line["riders"].values()) <= budget, line
+
+
 # A protected request's first step may come later than under stock vLLM when work the hold deferred runs
 # later and sits in the memory or seat it then needs, and `max_victims` (1 in some examples) or vLLM's
 # victim order does not reach far enough to free it. Measured over 1,500 drawn examples (604 protected
@@ -481,6 +489,7 @@ def check_every_invariant(run: Run, stock: Run, scenario: Scenario) -> None:
     check_next_step_admissions(run, scenario)
     check_hold_bound(run, scenario)
     check_pins(run, scenario)
+    check_ride(run, scenario)
     check_protected_not_later(run, stock, scenario)
 
 
@@ -520,7 +529,11 @@ def mechanism_scenarios(draw: st.DrawFn) -> Scenario:
         "recompute_tail_tokens": draw(st.sampled_from([256, 4096])),
         "hint_window_s": draw(st.sampled_from([0.1, 0.5])),
         "sentence_end_token_ids": [SENTENCE_END_TOKEN],
+        "hold_ride_tokens": draw(st.sampled_from([0, 16, 256])),
     }
+    if make_room["hold_ride_tokens"]:
+        make_room["hold_ride_max_context"] = draw(st.sampled_from([0, 512]))
+        make_room["hold_ride_waiting"] = draw(st.booleans())
     return Scenario(tuple({r.id: r for r in requests}.values()), engine, make_room)
 
 

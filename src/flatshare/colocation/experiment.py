@@ -115,6 +115,27 @@ MECHANISM_CONDITIONS = (
         hint_lead_s=HINT_LEAD_S,
     ),
 )
+# The ride (docs/make-room.md): held agent prefill rides in the hold's decode steps, a bounded chunk per
+# step (`hold_ride_tokens`), optionally only below a context length (`hold_ride_max_context`) and also
+# from the waiting queue (`hold_ride_waiting`); over T=48 and over the best stack.
+RIDES = {"ride64": {"hold_ride_tokens": 64}, "ride256": {"hold_ride_tokens": 256}}
+RIDES["ride256-ctx8k"] = {"hold_ride_tokens": 256, "hold_ride_max_context": 8192}
+RIDES["ride64-waiting"] = {"hold_ride_tokens": 64, "hold_ride_waiting": True}
+RIDES["ride128-waiting"] = {"hold_ride_tokens": 128, "hold_ride_waiting": True}
+RIDES["ride64-waiting-ctx8k"] = {**RIDES["ride64-waiting"], "hold_ride_max_context": 8192}
+RIDE_CONDITIONS = tuple(
+    c
+    for name, ride in RIDES.items()
+    for c in (
+        Condition(f"make-room-t48-{name}", "make-room", additional_config=_mr(48, **ride)),
+        Condition(
+            f"make-room-t48-pinres-tail-hint-{name}",
+            "make-room",
+            additional_config=_mr(48, **PIN_RESERVE, **TAIL, **HINT, **ride),
+            hint_lead_s=HINT_LEAD_S,
+        ),
+    )
+)
 SWEEP_CONDITIONS = tuple(
     Condition(f"make-room-t{t}", "make-room", additional_config=_mr(t), window_tokens=t)
     for t in (8, 24, 32, 64)
@@ -192,7 +213,14 @@ class ColocationPlan:
 
 def pick_conditions(keys: str) -> tuple[Condition, ...]:
     """The conditions named in `keys` (comma-separated), in the plan's order; ValueError naming unknowns."""
-    every = MAIN_CONDITIONS + MECHANISM_CONDITIONS + SWEEP_CONDITIONS + BASELINE_CONDITIONS + BASELINE_SWEEP
+    every = (
+        MAIN_CONDITIONS
+        + MECHANISM_CONDITIONS
+        + RIDE_CONDITIONS
+        + SWEEP_CONDITIONS
+        + BASELINE_CONDITIONS
+        + BASELINE_SWEEP
+    )
     wanted = [k.strip() for k in keys.split(",") if k.strip()]
     unknown = sorted(set(wanted) - {c.key for c in every})
     if not wanted or unknown:

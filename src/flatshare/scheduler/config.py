@@ -50,6 +50,14 @@ class MakeRoomConfig:
     `sentence_end_token_ids`: token ids that end a sentence in the served model's vocabulary (".", "!",
     "?" and their variants); when given, a protected request's window also closes once it has sampled one,
     so the hold lasts the reply's first sentence, at most T tokens. Empty: the window is T tokens.
+    `hold_ride_tokens`: the ride (`ride.py`): in a held step where no protected request prefills or
+    waits, held running prefills still get this many tokens in all, in vLLM's running order. 0 turns it
+    off (the hold keeps all lower-priority prefill out).
+    `hold_ride_max_context`: with the ride on, only a request whose context after its chunk is at most
+    this many tokens rides (a chunk's attention grows with the context it reads). 0: any context.
+    `hold_ride_waiting`: with the ride on, held waiting requests ride too, after the running ones: vLLM
+    admits them with a chunk of the ride (their context counted as their whole prompt, whose prefix hits
+    are found only in the step).
     `trace_path`: if set, append one JSON line per step in which make-room acted or held; the file
     must be writable when the scheduler is built.
     `allow_untested_vllm`: run on a vLLM version make-room was not tested against (a warning instead of
@@ -69,11 +77,20 @@ class MakeRoomConfig:
     recompute_tail_tokens: int = 0
     hint_window_s: float = 0.0
     sentence_end_token_ids: tuple[int, ...] = ()
+    hold_ride_tokens: int = 0
+    hold_ride_max_context: int = 0
+    hold_ride_waiting: bool = False
     trace_path: str | None = None
     allow_untested_vllm: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("enabled", "hold_decode", "preempt_for_seats", "allow_untested_vllm"):
+        for name in (
+            "enabled",
+            "hold_decode",
+            "preempt_for_seats",
+            "hold_ride_waiting",
+            "allow_untested_vllm",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise MakeRoomConfigError(
                     f"make_room.{name} must be true or false, got {getattr(self, name)!r}"
@@ -84,6 +101,8 @@ class MakeRoomConfig:
             ("max_hold_steps", 1),
             ("max_connector_deferrals", 0),
             ("recompute_tail_tokens", 0),
+            ("hold_ride_tokens", 0),
+            ("hold_ride_max_context", 0),
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
@@ -105,6 +124,9 @@ class MakeRoomConfig:
             raise MakeRoomConfigError(
                 f"make_room.pin_yields_to must be one of {PIN_YIELDS}, got {self.pin_yields_to!r}"
             )
+        for name in ("hold_ride_max_context", "hold_ride_waiting"):
+            if getattr(self, name) and not self.hold_ride_tokens:
+                raise MakeRoomConfigError(f"make_room.{name} needs make_room.hold_ride_tokens > 0")
         if not isinstance(self.protect_priority, int) or isinstance(self.protect_priority, bool):
             raise MakeRoomConfigError(
                 f"make_room.protect_priority must be an integer, got {self.protect_priority!r}"

@@ -162,7 +162,10 @@ class MakeRoomMixin(MechanismsMixin):
                 request.next_decode_eligible_step = eligible
             self._hold_threshold = None
             self._unpark_queue()
-        self._after_step(plan, output, bool(held) or self._held_waiting > 0, deferred, trace)
+        self._count_ride(output.num_scheduled_tokens, trace)
+        self._after_step(
+            plan, output, bool(held) or self._held_waiting > 0 or "riders" in trace, deferred, trace
+        )
         self._trace.write(self.current_step, trace)
         return output
 
@@ -175,7 +178,8 @@ class MakeRoomMixin(MechanismsMixin):
     def _handle_blocked_waiting_request(self, request: Request) -> bool:
         if not super()._handle_blocked_waiting_request(request):
             return False
-        if policy.is_held(request.priority, self._hold_threshold, True, False):
+        held = policy.is_held(request.priority, self._hold_threshold, True, False)
+        if held and request.request_id not in self._ride_caps:
             self._held_waiting += 1
             return False
         return not self._new_adapter_past_limit(request)
@@ -347,10 +351,12 @@ class MakeRoomMixin(MechanismsMixin):
         held: dict[str, tuple[Request, int]] = {}
         prefill = decode = 0
         skip_until = self.current_step + 2  # schedule() increments current_step first
+        threshold, hold_decode = self._hold_threshold, self.make_room.hold_decode
+        riders = self._choose_riders(threshold)  # type: ignore[arg-type]  # set: the hold is on
         for request in self.running:
             is_prefill = vllm_view.is_prefill(request)
-            if not policy.is_held(
-                request.priority, self._hold_threshold, is_prefill, self.make_room.hold_decode
+            if request.request_id in riders or not policy.is_held(
+                request.priority, threshold, is_prefill, hold_decode
             ):
                 continue
             held[request.request_id] = (request, request.next_decode_eligible_step)
@@ -374,7 +380,12 @@ class MakeRoomMixin(MechanismsMixin):
         PREEMPTED, so vLLM's blocked-status promotions (grammar, remote KV) are never delayed; they join
         `deferred_waiting` as vLLM's skip would add them, and `get_request_counts()` still counts them."""
         threshold, waiting = self._hold_threshold, self.waiting
-        if threshold is None or not waiting or self.policy != SchedulingPolicy.PRIORITY:
+        if (
+            threshold is None
+            or not waiting
+            or self.policy != SchedulingPolicy.PRIORITY
+            or self._waiting_riders
+        ):
             return None
         if not policy.is_held(waiting.peek_request().priority, threshold, True, False):
             return None

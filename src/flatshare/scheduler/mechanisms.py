@@ -19,7 +19,7 @@ from typing import Any
 
 from vllm.v1.request import Request
 
-from flatshare.scheduler import pin, policy
+from flatshare.scheduler import pin, policy, ride, vllm_view
 from flatshare.scheduler.base import FlatshareScheduler
 from flatshare.scheduler.config import MakeRoomConfig
 from flatshare.scheduler.hint import HintWindows, is_turn_hint, request_extra_args
@@ -41,6 +41,8 @@ class MechanismCounters:
     hints_expired: int = 0
     hint_hold_steps: int = 0
     sentence_windows_closed: int = 0
+    ride_steps: int = 0
+    ride_tokens: int = 0
 
 
 class MechanismsMixin(FlatshareScheduler):
@@ -54,11 +56,18 @@ class MechanismsMixin(FlatshareScheduler):
         if self.flatshare_active and self.make_room.pin_share > 0:
             pool = self.kv_cache_manager.block_pool
             self._pins = pin.PrefixPins(pool, pin.cap_blocks(self.make_room.pin_share, pool.num_gpu_blocks))
+        if self.make_room.hold_ride_tokens and not hasattr(super(), "_reserve_prefill_lookahead"):
+            raise self.config_error(
+                "make_room.hold_ride_tokens needs vLLM's Scheduler._reserve_prefill_lookahead (vLLM 0.32), "
+                "the hook that caps a rider's chunk"
+            )
         self._hints = HintWindows(self.make_room.hint_window_s)
         self._hint_held = False
         self._pin_refused = False  # the pin kept an allocation out in this step
         self._sentences_done: set[str] = set()  # protected requests whose first sentence is out
         self._pending_trace: dict[str, Any] = {}  # what happened between steps, traced with the next
+        self._ride_caps: dict[str, int] = {}  # this step's riders and their chunk caps (`ride.py`)
+        self._waiting_riders = False  # some of them wait: the held queue is not set aside
         self.clock: Callable[[], float] = time.time  # vLLM's clock for `Request.arrival_time`
 
     def use_clock(self, clock: Callable[[], float]) -> None:
@@ -158,6 +167,70 @@ class MechanismsMixin(FlatshareScheduler):
         trace["hint_open"] = len(self._hints)
         return hinted if threshold is None else min(threshold, hinted)
 
+    def _choose_riders(self, threshold: int) -> set[str]:
+        """The held prefills that ride this step (`ride.py`): running ones in vLLM's running order, then,
+        with `hold_ride_waiting`, waiting ones in vLLM's admission order; their chunk caps are kept for
+        `_reserve_prefill_lookahead`."""
+        self._ride_caps, self._waiting_riders = {}, False
+        config = self.make_room
+        if config.hold_ride_tokens <= 0:
+            return set()
+        held = [
+            r
+            for r in self.running
+            if policy.is_held(r.priority, threshold, True, False) and vllm_view.is_prefill(r)
+        ]
+        waiting = _members(self.waiting) + _members(self.kv_holding_waiting)
+        views = [
+            ride.RideView(r.request_id, r.num_tokens - r.num_computed_tokens, r.num_computed_tokens)
+            for r in held
+        ]
+        if config.hold_ride_waiting:
+            # Its prefix hits are found only in the step: its context may be all of its prompt but the chunk.
+            ready = sorted(
+                (r for r in _members(self.waiting) if r.status in vllm_view.READY), key=_admission_order
+            )
+            views += [
+                ride.RideView(r.request_id, r.num_tokens - r.num_computed_tokens, r.num_tokens) for r in ready
+            ]
+        if not views:
+            return set()
+        riding = {v.request_id for v in views}
+        others = sum(  # what the running loop gives the rest: decodes (with draft tokens)
+            max(r.num_tokens_with_spec + r.num_output_placeholders - r.num_computed_tokens, 0)
+            for r in self.running
+            if r.request_id not in riding
+        )
+        prefilling = any(r.priority <= threshold and vllm_view.is_prefill(r) for r in self.running)
+        protected_waiting = any(r.priority <= threshold for r in waiting)
+        if not ride.ride_allowed(
+            prefilling, protected_waiting, others, config.hold_ride_tokens, self.max_num_scheduled_tokens
+        ):
+            return set()
+        self._ride_caps = ride.choose_riders(views, config.hold_ride_tokens, config.hold_ride_max_context)
+        running = {r.request_id for r in held}
+        self._waiting_riders = any(rid not in running for rid in self._ride_caps)
+        return set(self._ride_caps)
+
+    def _reserve_prefill_lookahead(
+        self, request: Request, num_computed_tokens: int, num_new_tokens: int
+    ) -> int:
+        """vLLM's last per-request cap on a chunk (running and waiting loops): a rider's chunk is cut to its
+        share of the ride first."""
+        cap = self._ride_caps.get(request.request_id)
+        if cap is not None:
+            num_new_tokens = min(num_new_tokens, cap)
+        return int(super()._reserve_prefill_lookahead(request, num_computed_tokens, num_new_tokens))
+
+    def _count_ride(self, scheduled: dict[str, int], trace: dict[str, Any]) -> None:
+        """After the step: what the riders got, counted and traced; the caps end with the step."""
+        caps, self._ride_caps = self._ride_caps, {}
+        rode = {rid: scheduled[rid] for rid in caps if scheduled.get(rid)}
+        if rode:
+            self.make_room_stats.ride_steps += 1
+            self.make_room_stats.ride_tokens += sum(rode.values())
+            trace["riders"] = rode
+
     def _as_if_unpinned(
         self, need: policy.WaitingNeed, refs: dict[int, int]
     ) -> tuple[policy.WaitingNeed, dict[int, int]]:
@@ -173,3 +246,13 @@ class MechanismsMixin(FlatshareScheduler):
             hit_block_ids=need.hit_block_ids - only,
         )
         return need, pin.without_pins(refs, (b for b in refs if b in self._pins))
+
+
+def _members(queue: Any) -> list[Request]:
+    """A request queue's requests in any order (the priority queue's heap: no sorted copy)."""
+    return list(getattr(queue, "_heap", queue))
+
+
+def _admission_order(request: Request) -> tuple[int, float]:
+    """vLLM's priority policy's order: priority, then arrival."""
+    return request.priority, request.arrival_time

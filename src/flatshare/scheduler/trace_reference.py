@@ -30,6 +30,7 @@ EVENTS = {
     "pin": "the protected prefix pin (`pin_share`) kept or gave back blocks.",
     "hint": "an arrival hint (`hint_window_s`) opened, was fulfilled or expired.",
     "tail": "a small protected CPU-tier hit was recomputed (`recompute_tail_tokens`).",
+    "ride": "held prefill rode in a held step (`hold_ride_tokens`).",
 }
 
 FIELDS: dict[str, TraceField] = {
@@ -114,6 +115,11 @@ FIELDS: dict[str, TraceField] = {
     "hint_open": TraceField("int", "hint", "hint windows open in this step (their hold applies)"),
     "tail_recomputed": TraceField(
         "object", "tail", "protected request id -> CPU-tier tokens recomputed instead of loaded"
+    ),
+    "riders": TraceField(
+        "object",
+        "ride",
+        "lower-priority request id -> prefill tokens it got in the held step (at most the ride)",
     ),
 }
 
