@@ -31,7 +31,7 @@ from flatshare.runfiles.samples import EngineSample
 from flatshare.runfiles.sim_records import RequestRecord
 from flatshare.scheduler.base import FlatshareScheduler
 from flatshare.sim.config import EngineConfig
-from flatshare.sim.connector import SimCpuTierConnector, TransferJob
+from flatshare.sim.connector import SimCpuTierConnector, SimTransferMeta, TransferJob
 from flatshare.sim.offload_worker import SimOffloadWorker, failing_fraction
 from flatshare.sim.profile import ScheduledWork, StepTimeProfile
 from flatshare.sim.requests import SimRequest
@@ -67,6 +67,8 @@ class StepReport:
     sync_load_s: float = 0.0
     """Time the step spent, from `start_s`, loading KV from the CPU tier before its forward (synchronous
     loads of protected requests); `end_s` includes it."""
+    sync_loaded: tuple[str, ...] = ()
+    """The requests whose KV those loads brought in."""
 
 
 @dataclass
@@ -252,6 +254,7 @@ class SimEngine:
             preempted=sorted(output.preempted_req_ids),
             flush_wait_s=start - self.now,
             sync_load_s=forward - start,
+            sync_loaded=_sync_loaded(output),
         )
         return report, model_output
 
@@ -296,7 +299,10 @@ class SimEngine:
         self._apply(output, model_output, report)
         got_tokens = {request_id for request_id, _ in report.tokens}
         gap = "store_flush" if report.flush_wait_s > 0 else "idle"
-        self.waits.step(report.start_s, report.end_s, scheduled, reason, self.scheduler, got_tokens, gap)
+        loads = dict.fromkeys(report.sync_loaded, report.sync_load_s)
+        self.waits.step(
+            report.start_s, report.end_s, scheduled, reason, self.scheduler, got_tokens, gap, loads
+        )
         self._empty_steps = 0
         self.steps += 1
         if self.on_step is not None:
@@ -521,6 +527,14 @@ class SimEngine:
 SENTENCE_END_TOKEN = 31999
 """The token the simulated model samples to end a reply's first sentence (`SimRequest.first_sentence_tokens`);
 `_fake_token` never samples it."""
+
+
+def _sync_loaded(output: SchedulerOutput) -> tuple[str, ...]:
+    """The requests the step loads KV for before its forward (`TransferJob.sync`)."""
+    meta = output.kv_connector_metadata
+    if not isinstance(meta, SimTransferMeta):
+        return ()
+    return tuple(sorted({job.req_id for job in meta.load_jobs.values() if job.sync}))
 
 
 def _fake_token(request: Request) -> int:
