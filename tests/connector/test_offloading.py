@@ -46,7 +46,9 @@ def _scheduler(extra: dict[str, Any]) -> Scheduler:
     )
     spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=64, dtype=torch.float16)
     kv_cache_config = KVCacheConfig(
-        num_blocks=config.num_gpu_blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec([LAYER], spec)]
+        num_blocks=config.num_gpu_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec([LAYER], spec)],
     )
     return Scheduler(
         vllm_config=vllm_config,
@@ -70,7 +72,9 @@ class _Worker:
         meta = output.kv_connector_metadata
         assert isinstance(meta, ProtectedOffloadingMetadata)
         sampled = [
-            [7] if self.scheduler.requests[r].num_computed_tokens >= self.scheduler.requests[r].num_tokens else []
+            [7]
+            if self.scheduler.requests[r].num_computed_tokens >= self.scheduler.requests[r].num_tokens
+            else []
             for r in output.num_scheduled_tokens
         ]
         ids = list(output.num_scheduled_tokens)
