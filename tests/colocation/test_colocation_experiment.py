@@ -210,3 +210,18 @@ def test_the_first_voice_turn_is_no_longer_cold() -> None:
         first = min((r for r in run.records if r.cls == "voice"), key=lambda r: r.send_s)
         first_ttft[warm] = first.first_token_s - first.send_s
     assert first_ttft[True] < first_ttft[False] / 2, first_ttft  # 4,000 tokens fewer to prefill
+
+
+def test_the_protected_kv_conditions_set_the_connector_and_are_picked_by_name() -> None:
+    """They reach the engine as the connector's extra config (`--kv-transfer-config`'s), and stay out of
+    the default plan, whose runs (and so its summary) are unchanged."""
+    from flatshare.colocation.experiment import PROTECTED_KV_CONDITIONS, engine_config, pick_conditions
+    from flatshare.colocation.setup import SEED
+
+    stacked = pick_conditions("make-room-t48-syncload-tierkeep-tail-hint")[0]
+    config = engine_config(stacked, SEED)
+    assert config.cpu_tier_connector == {"flatshare_protected": {"sync_load": True, "keep_in_tier": True}}
+    assert "pin_share" not in stacked.additional_config["make_room"]  # type: ignore[index]
+    assert not {c.key for c in PROTECTED_KV_CONDITIONS} & {c.key for c in ColocationPlan().conditions}
+    stock = next(c for c in MAIN_CONDITIONS if c.key == "make-room-t48")
+    assert "cpu_tier_connector" not in engine_config(stock, SEED).to_json()
