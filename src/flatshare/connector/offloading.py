@@ -22,6 +22,7 @@ returning, so the forward reads loaded blocks.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
+
+logger = logging.getLogger(__name__)
 
 CONNECTOR_NAME = "FlatshareOffloadingConnector"
 CONNECTOR_MODULE = "flatshare.connector.offloading"
@@ -100,6 +103,7 @@ class FlatshareOffloadingConnector(OffloadingConnector):
         self._sync_requests.discard(request.request_id)
         if hits and self._loads_sync(request):
             self._sync_requests.add(request.request_id)
+            logger.debug("sync load: %s, %d tokens in the step that admits it", request.request_id, hits)
             return hits, False
         return hits, load_async
 
