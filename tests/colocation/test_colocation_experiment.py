@@ -241,3 +241,18 @@ def test_the_ride_conditions_are_named_and_their_settings_are_valid() -> None:
         assert condition.additional_config is not None
         config = MakeRoomConfig.from_additional_config(condition.additional_config)
         assert config.enabled and config.window_tokens == 48 and config.hold_ride_tokens > 0
+
+
+def test_the_protected_kv_conditions_set_the_connector_and_are_picked_by_name() -> None:
+    """They reach the engine as the connector's extra config (`--kv-transfer-config`'s), and stay out of
+    the default plan, whose runs (and so its summary) are unchanged."""
+    from flatshare.colocation.experiment import PROTECTED_KV_CONDITIONS, engine_config, pick_conditions
+    from flatshare.colocation.setup import SEED
+
+    stacked = pick_conditions("make-room-t48-syncload-tierkeep-tail-hint")[0]
+    config = engine_config(stacked, SEED)
+    assert config.cpu_tier_connector == {"flatshare_protected": {"sync_load": True, "keep_in_tier": True}}
+    assert "pin_share" not in stacked.additional_config["make_room"]  # type: ignore[index]
+    assert not {c.key for c in PROTECTED_KV_CONDITIONS} & {c.key for c in ColocationPlan().conditions}
+    stock = next(c for c in MAIN_CONDITIONS if c.key == "make-room-t48")
+    assert "cpu_tier_connector" not in engine_config(stock, SEED).to_json()

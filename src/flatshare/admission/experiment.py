@@ -48,7 +48,8 @@ class AdmissionJob:
 
 
 def plan_json(plan: AdmissionPlan) -> dict[str, Any]:
-    return json.loads(json.dumps(dataclasses.asdict(plan), default=str))
+    data = dataclasses.asdict(plan) | {"engine": plan.engine.to_json()}  # its own JSON form
+    return json.loads(json.dumps(data, default=str))
 
 
 def count_jobs(plan: AdmissionPlan) -> int:

@@ -54,6 +54,9 @@ class Condition:
     gate_settings: Mapping[str, Any] | None = None
     hint_lead_s: float | None = None
     """Send voice turns' arrival hints this long before each turn (None: none): `run_virtual`'s."""
+    cpu_tier_connector: Mapping[str, Any] | None = None
+    """The CPU tier connector's extra settings (--kv-transfer-config's `kv_connector_extra_config`):
+    `EngineConfig.cpu_tier_connector`."""
 
 
 def _mr(window: int, **more: Any) -> dict[str, Any]:
@@ -135,6 +138,30 @@ RIDE_CONDITIONS = tuple(
             hint_lead_s=HINT_LEAD_S,
         ),
     )
+)
+# Protected KV from the CPU tier (flatshare.connector, docs/make-room.md): the voice turn's hit loaded
+# inside the step that admits it, and the tier evicting protected blocks last, each alone over make-room
+# T=48 and stacked with the tail and the hint in place of the pin. Not in the default plan: pick them with
+# --conditions.
+SYNC = {"flatshare_protected": {"sync_load": True}}
+KEEP = {"flatshare_protected": {"keep_in_tier": True}}
+SYNC_KEEP = {"flatshare_protected": {"sync_load": True, "keep_in_tier": True}}
+PROTECTED_KV_CONDITIONS = (
+    Condition("make-room-t48-syncload", "make-room", additional_config=_mr(48), cpu_tier_connector=SYNC),
+    Condition("make-room-t48-tierkeep", "make-room", additional_config=_mr(48), cpu_tier_connector=KEEP),
+    Condition(
+        "make-room-t48-syncload-tierkeep",
+        "make-room",
+        additional_config=_mr(48),
+        cpu_tier_connector=SYNC_KEEP,
+    ),
+    Condition(
+        "make-room-t48-syncload-tierkeep-tail-hint",
+        "make-room",
+        additional_config=_mr(48, **TAIL, **HINT),
+        hint_lead_s=HINT_LEAD_S,
+        cpu_tier_connector=SYNC_KEEP,
+    ),
 )
 SWEEP_CONDITIONS = tuple(
     Condition(f"make-room-t{t}", "make-room", additional_config=_mr(t), window_tokens=t)
@@ -220,6 +247,7 @@ def pick_conditions(keys: str) -> tuple[Condition, ...]:
         + SWEEP_CONDITIONS
         + BASELINE_CONDITIONS
         + BASELINE_SWEEP
+        + PROTECTED_KV_CONDITIONS
     )
     wanted = [k.strip() for k in keys.split(",") if k.strip()]
     unknown = sorted(set(wanted) - {c.key for c in every})
@@ -261,6 +289,7 @@ def engine_config(condition: Condition, setup: Setup) -> Any:
         scheduler_reserve_full_isl=setup.reserve_full_isl,
         async_scheduling=setup.async_scheduling,
         long_prefill_token_threshold=setup.long_prefill_token_threshold,
+        cpu_tier_connector=dict(condition.cpu_tier_connector or {}),
     )
 
 

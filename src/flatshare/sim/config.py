@@ -80,6 +80,9 @@ class EngineConfig:
     CPU-tier loads that fail (chosen by a hash of the load, so runs repeat), reported as
     `cpu_tier_failure_report`: "request" (`KVConnectorOutput.failed_recving`) or "blocks"
     (`invalid_block_ids`, the load's first block).
+    `cpu_tier_connector`: the CPU tier connector's settings beyond its size, as --kv-transfer-config's
+    `kv_connector_extra_config` carries them: `flatshare_protected` (`flatshare.connector.config`,
+    synchronous loads and a tier that keeps protected blocks). Left out of `to_json` when empty.
     """
 
     block_size: int = 16
@@ -103,6 +106,7 @@ class EngineConfig:
     kv_load_failure_policy: str = "fail"
     cpu_tier_load_failures: float = 0.0
     cpu_tier_failure_report: str = "request"
+    cpu_tier_connector: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         positive = ("block_size", "kv_tokens", "max_num_batched_tokens", "max_num_seqs", "max_model_len")
@@ -161,6 +165,7 @@ class EngineConfig:
                 "engine config: without chunked prefill, max_num_batched_tokens must be >= max_model_len"
             )
         json.dumps(dict(self.additional_config))  # must be JSON, as vLLM's flag is
+        _check_connector_settings(self.cpu_tier_connector, self.cpu_tier_tokens)
 
     @property
     def num_gpu_blocks(self) -> int:
@@ -183,10 +188,34 @@ class EngineConfig:
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["additional_config"] = dict(self.additional_config)
+        if self.cpu_tier_connector:
+            data["cpu_tier_connector"] = dict(self.cpu_tier_connector)
+        else:
+            del data["cpu_tier_connector"]  # runs from before the setting read the same
         return data
 
     def with_changes(self, **changes: Any) -> EngineConfig:
         return dataclasses.replace(self, **changes)
+
+
+def _check_connector_settings(settings: Mapping[str, Any], cpu_tier_tokens: int) -> None:
+    from flatshare.connector.config import CONFIG_KEY, ProtectedKvConfig, ProtectedKvConfigError
+
+    if not isinstance(settings, Mapping):
+        raise InputError("engine config: cpu_tier_connector must be a JSON object")
+    unknown = sorted(set(settings) - {CONFIG_KEY})
+    if unknown:
+        raise InputError(
+            f"engine config: cpu_tier_connector: unknown key(s) {unknown}; valid: [{CONFIG_KEY!r}]"
+        )
+    try:
+        protected = ProtectedKvConfig.from_extra_config(settings)
+    except (ProtectedKvConfigError, TypeError) as exc:
+        raise InputError(f"engine config: cpu_tier_connector: {exc}") from exc
+    if protected.enabled and cpu_tier_tokens == 0:
+        raise InputError(
+            f"engine config: cpu_tier_connector.{CONFIG_KEY} needs the CPU tier (cpu_tier_tokens > 0)"
+        )
 
 
 DEFAULT_ENGINE = EngineConfig()

@@ -39,6 +39,15 @@ block ids), or preempts a request with stores pending, `build_connector_meta` pu
 `jobs_to_flush` and the worker waits for them before the step runs (`handle_preemptions`:
 `worker.wait(jobs_to_flush)`).
 
+With flatshare's protected-KV settings (`flatshare.connector.config`, `flatshare_protected` in the extra
+config; `flatshare.connector.offloading` is the same for a real vLLM): `sync_load` answers a protected
+request's hit `(hits, False)`, at most one token short of its prompt, so vLLM schedules it in the step
+that allocates its blocks (`has_sync_kv_loads`) and the worker loads the blocks before that step's
+forward; the load is a job like any other (the tier pins its blocks, the scheduler side sees it
+complete through `completed_jobs`) but is never named in `finished_recving` (the request is running).
+`keep_in_tier` marks the blocks a protected request stores, loads or reuses as kept in the tier
+(`CpuKvTier.keep`).
+
 The simulator's simplifications: a job takes `tokens * kv_bytes_per_token / cpu_load_bytes_per_s`
 (the profile's link; the same rate both ways, each direction on its own queue); a step's stores are
 submitted when its forward ends rather than when the next step starts (the same time while vLLM's
@@ -49,6 +58,7 @@ kept: one worker, no transfer failures, no store threshold, no partial-block tai
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -63,6 +73,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from vllm.v1.outputs import KVConnectorOutput
 from vllm.v1.request import RequestStatus
 
+from flatshare.connector.config import ProtectedKvConfig
 from flatshare.sim.cpu_tier import CpuKvTier
 
 if TYPE_CHECKING:
@@ -71,6 +82,8 @@ if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
+
+logger = logging.getLogger(__name__)
 
 CONNECTOR_NAME = "SimCpuTierConnector"
 CONNECTOR_MODULE = "flatshare.sim.connector"
@@ -88,6 +101,8 @@ class TransferJob:
     block_ids: tuple[int, ...] = ()
     dst_block_ids: tuple[int, ...] = ()
     """A load's GPU blocks, the ones a failed load leaves invalid."""
+    sync: bool = False
+    """A synchronous load: the worker runs it before the forward of the step that admitted the request."""
 
 
 @dataclass
@@ -119,6 +134,9 @@ class ConnectorCounters:
     deferred_lookups: int = 0
     """Lookups answered `None` (own transfers, a block being stored or being loaded)."""
     dropped_stores: int = 0
+    sync_loads: int = 0
+    """Loads (of `loads`) of protected requests made synchronous (`sync_load`)."""
+    sync_loaded_tokens: int = 0
 
 
 @dataclass
@@ -130,6 +148,7 @@ class _RequestState:
     jobs: set[int] = field(default_factory=set)
     used: set[int] = field(default_factory=set)  # block indices the request loaded or offered
     finished_signaled: bool = False
+    sync_hit: bool = False  # the last lookup answered a synchronous hit
 
 
 def _host_hit_source() -> Any:
@@ -151,7 +170,10 @@ class SimCpuTierConnector(KVConnectorBase_V1):
         transfer = vllm_config.kv_transfer_config
         assert transfer is not None
         extra = transfer.kv_connector_extra_config or {}
-        self.tier = CpuKvTier(int(extra["cpu_tier_blocks"]))
+        self.protected = ProtectedKvConfig.from_extra_config(extra)
+        blocks = int(extra["cpu_tier_blocks"])
+        kept = int(blocks * self.protected.max_kept_share) if self.protected.keep_in_tier else 0
+        self.tier = CpuKvTier(blocks, max_kept_blocks=kept)
         self.block_size = vllm_config.cache_config.block_size
         self.offload_prompt_only = bool(extra.get("offload_prompt_only", True))
         self.counters = ConnectorCounters()
@@ -194,6 +216,7 @@ class SimCpuTierConnector(KVConnectorBase_V1):
     ) -> tuple[int | None, bool]:
         state = self._state(request)
         state.block_ids.clear()
+        state.sync_hit = False
         if state.jobs:
             self.counters.deferred_lookups += 1
             return None, False
@@ -211,7 +234,15 @@ class SimCpuTierConnector(KVConnectorBase_V1):
         if hits is None:
             self.counters.deferred_lookups += 1
             return None, False
+        if self.protected.sync_load and self.protected.protects(request.priority):
+            # vLLM schedules at least one token of a request it loads synchronously.
+            hits = max(0, min(hits, (request.num_tokens - 1) // self.block_size - start))
+            state.sync_hit = hits > 0
+            return hits * self.block_size, False
         return hits * self.block_size, hits > 0
+
+    def _keeps(self, request: Request) -> bool:
+        return self.protected.keep_in_tier and self.protected.protects(request.priority)
 
     def update_state_after_alloc(
         self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int
@@ -224,9 +255,13 @@ class SimCpuTierConnector(KVConnectorBase_V1):
         end = (state.local_tokens + num_external_tokens) // self.block_size
         keys = tuple(request.block_hashes[start:end])
         self.tier.prepare_load(keys)
+        if self._keeps(request):
+            self.tier.keep(keys)
         dst = tuple(blocks.get_block_ids()[0][start:end])
+        sync = state.sync_hit
+        job_id = next(self._job_ids)
         job = TransferJob(
-            next(self._job_ids), request.request_id, keys, num_external_tokens, False, dst_block_ids=dst
+            job_id, request.request_id, keys, num_external_tokens, False, dst_block_ids=dst, sync=sync
         )
         assert not state.jobs, "a load is issued only when the request has no other transfer"
         state.jobs.add(job.job_id)
@@ -237,6 +272,10 @@ class SimCpuTierConnector(KVConnectorBase_V1):
         state.used.update(range(start, end))
         self.counters.loads += 1
         self.counters.loaded_tokens += num_external_tokens
+        if sync:
+            self.counters.sync_loads += 1
+            self.counters.sync_loaded_tokens += num_external_tokens
+            logger.debug("sync load: %s, %d tokens in this step", request.request_id, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
         for req_id, new_block_ids, resumed in yield_req_data(scheduler_output):
@@ -262,7 +301,10 @@ class SimCpuTierConnector(KVConnectorBase_V1):
                 continue
             finished.finished_signaled = True
             hashes = finished.request.block_hashes
-            self.tier.touch([hashes[i] for i in sorted(finished.used) if i < len(hashes)])
+            used = [hashes[i] for i in sorted(finished.used) if i < len(hashes)]
+            self.tier.touch(used)
+            if self._keeps(finished.request):
+                self.tier.keep(used)
             if not finished.jobs:
                 del self._states[req_id]
         self._batch_loads, self._batch_flush, self._batch_allocated = {}, set(), set()
@@ -293,11 +335,17 @@ class SimCpuTierConnector(KVConnectorBase_V1):
             state.used.update(
                 start + i for i, key in enumerate(keys) if key not in self.tier or self.tier.is_ready(key)
             )
+            kept_before = self.tier.counters.kept_evicted_blocks
             stored = self.tier.prepare_store(keys)
+            if self.tier.counters.kept_evicted_blocks > kept_before:
+                evicted = self.tier.counters.kept_evicted_blocks - kept_before
+                logger.debug("tier: %d kept blocks evicted to store %s's", evicted, req_id)
             if stored is None:
                 self.counters.dropped_stores += 1  # retried next step: `next_stored` stays
                 continue
             state.next_stored = full
+            if self._keeps(request):
+                self.tier.keep(keys)
             if not stored:
                 continue
             new = set(stored)

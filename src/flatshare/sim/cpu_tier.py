@@ -17,6 +17,11 @@ class keeps the same states for each block hash (one offloaded chunk is one GPU 
 - Recency (`LRUCachePolicy`): a block is the most recent when inserted, and when a request that used it
   finishes (`touch`: the manager's `on_request_finished` ranks the request's blocks so its first block
   is the most recent of them). Lookups leave recency alone.
+
+With `max_kept_blocks` > 0 (the connector's `keep_in_tier`, `flatshare.connector.config`), blocks marked
+`keep` (a protected request's) are evicted only when too few other blocks can be, each kind least recently
+used first; kept blocks beyond `max_kept_blocks` (the least recently used) count as ordinary. vLLM's side
+is `flatshare.connector.keep_policy`, a cache policy of its CPU manager.
 """
 
 from __future__ import annotations
@@ -35,12 +40,17 @@ class TierCounters:
     """Blocks loaded back to the GPU."""
     dropped_blocks: int = 0
     """Blocks offered for a store the tier could not make room for."""
+    kept_evicted_blocks: int = 0
+    """Kept blocks (a protected request's) evicted: nothing else could be, or over `max_kept_blocks`."""
+    kept_spared_blocks: int = 0
+    """Evictable kept blocks an eviction passed over, taking ordinary ones in their place."""
 
 
 @dataclass
 class _Block:
     ready: bool = False
     pins: int = 0
+    kept: bool = False
 
     @property
     def evictable(self) -> bool:
@@ -50,10 +60,14 @@ class _Block:
 class CpuKvTier:
     """Block hashes held in host memory, a fixed number of blocks, least recently used out first."""
 
-    def __init__(self, capacity_blocks: int) -> None:
+    def __init__(self, capacity_blocks: int, max_kept_blocks: int = 0) -> None:
         if capacity_blocks <= 0:
             raise ValueError("capacity_blocks must be > 0")
+        if not 0 <= max_kept_blocks <= capacity_blocks:
+            raise ValueError("max_kept_blocks must be in [0, capacity_blocks]")
         self.capacity_blocks = capacity_blocks
+        self.max_kept_blocks = max_kept_blocks
+        self._kept = 0
         self._blocks: OrderedDict[Hashable, _Block] = OrderedDict()  # least recently used first
         self.counters = TierCounters()
 
@@ -95,21 +109,52 @@ class CpuKvTier:
             return []
         excess = len(self._blocks) + len(new) - self.capacity_blocks
         if excess > 0:
-            victims: list[Hashable] = []
-            for block_hash, block in self._blocks.items():
-                if len(victims) == excess:
-                    break
-                if block.evictable and block_hash not in offered:
-                    victims.append(block_hash)
-            if len(victims) < excess:
+            victims = self._victims(excess, offered)
+            if victims is None:
                 self.counters.dropped_blocks += len(new)
                 return None
             for block_hash in victims:
-                del self._blocks[block_hash]
+                self._kept -= self._blocks.pop(block_hash).kept
             self.counters.evicted_blocks += len(victims)
         for block_hash in new:
             self._blocks[block_hash] = _Block()
         return new
+
+    def _victims(self, excess: int, offered: set[Hashable]) -> list[Hashable] | None:
+        """The `excess` blocks to evict: evictable ordinary blocks (and kept ones beyond `max_kept_blocks`)
+        least recently used first, then kept ones; None when too few are evictable."""
+        over = self._kept - self.max_kept_blocks  # the least recently used kept blocks past the cap
+        ordinary: list[Hashable] = []
+        kept: list[Hashable] = []
+        for block_hash, block in self._blocks.items():
+            if len(ordinary) == excess:
+                break
+            as_kept = block.kept and over <= 0
+            over -= block.kept
+            if not block.evictable or block_hash in offered:
+                continue
+            (kept if as_kept else ordinary).append(block_hash)
+        victims = ordinary + kept[: excess - len(ordinary)]
+        if len(victims) < excess:
+            return None
+        spared = len(kept) - (excess - len(ordinary))
+        self.counters.kept_spared_blocks += spared if spared > 0 and ordinary else 0
+        self.counters.kept_evicted_blocks += sum(self._blocks[h].kept for h in victims)
+        return victims
+
+    def keep(self, hashes: Iterable[Hashable]) -> None:
+        """Mark held blocks as a protected request's: evicted after ordinary ones (`max_kept_blocks` > 0)."""
+        if self.max_kept_blocks == 0:
+            return
+        for block_hash in hashes:
+            block = self._blocks.get(block_hash)
+            if block is not None and not block.kept:
+                block.kept = True
+                self._kept += 1
+
+    @property
+    def kept_blocks(self) -> int:
+        return self._kept
 
     def complete_store(self, hashes: Iterable[Hashable]) -> None:
         for block_hash in hashes:

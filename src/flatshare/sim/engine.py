@@ -31,7 +31,7 @@ from flatshare.runfiles.samples import EngineSample
 from flatshare.runfiles.sim_records import RequestRecord
 from flatshare.scheduler.base import FlatshareScheduler
 from flatshare.sim.config import EngineConfig
-from flatshare.sim.connector import SimCpuTierConnector, TransferJob
+from flatshare.sim.connector import SimCpuTierConnector, SimTransferMeta, TransferJob
 from flatshare.sim.offload_worker import SimOffloadWorker, failing_fraction
 from flatshare.sim.profile import ScheduledWork, StepTimeProfile
 from flatshare.sim.requests import SimRequest
@@ -64,6 +64,11 @@ class StepReport:
     preempted: list[str] = field(default_factory=list)
     flush_wait_s: float = 0.0
     """Time the step waited, before `start_s`, for stores to the CPU tier it had to flush."""
+    sync_load_s: float = 0.0
+    """Time the step spent, from `start_s`, loading KV from the CPU tier before its forward (synchronous
+    loads of protected requests); `end_s` includes it."""
+    sync_loaded: tuple[str, ...] = ()
+    """The requests whose KV those loads brought in."""
 
 
 @dataclass
@@ -237,8 +242,8 @@ class SimEngine:
         """Price a scheduled step from the clock's current time; the clock is not moved. CPU-tier loads
         and stores overlap steps; only a flush delays the step's start."""
         work, model_output = self._execute(output)
-        start, model_output.kv_connector_output = self._worker_begin(output)
-        end = start + self.profile.step_time(work)
+        start, forward, model_output.kv_connector_output = self._worker_begin(output)
+        end = forward + self.profile.step_time(work)
         if self._worker is not None:
             self._worker.end_step(output.kv_connector_metadata, end)
         report = StepReport(
@@ -248,25 +253,31 @@ class SimEngine:
             dict(output.num_scheduled_tokens),
             preempted=sorted(output.preempted_req_ids),
             flush_wait_s=start - self.now,
+            sync_load_s=forward - start,
+            sync_loaded=_sync_loaded(output),
         )
         return report, model_output
 
     def _launch_empty(self, output: SchedulerOutput) -> tuple[StepReport, ModelRunnerOutput]:
         """A step that scheduled nothing: no forward, but the tier's worker still flushes, starts the
         step's loads and reports finished transfers (vLLM's `kv_connector_no_forward`)."""
-        start, kv_output = self._worker_begin(output)
+        start, forward, kv_output = self._worker_begin(output)
+        assert forward == start, "a synchronous load's request is scheduled in the step that loads it"
         if self._worker is not None:
             self._worker.end_step(output.kv_connector_metadata, start)
         preempted = sorted(output.preempted_req_ids)
         report = StepReport(start, start, preempted=preempted, flush_wait_s=start - self.now)
         return report, ModelRunnerOutput.with_kv_conn_output_only(kv_output)
 
-    def _worker_begin(self, output: SchedulerOutput) -> tuple[float, KVConnectorOutput | None]:
-        """When the step's forward can start (after any flush), and the transfers finished by then."""
+    def _worker_begin(self, output: SchedulerOutput) -> tuple[float, float, KVConnectorOutput | None]:
+        """When the step starts (after any flush), when its forward can (after its synchronous loads), and
+        the transfers finished by then."""
         if self._worker is None:
-            return self.now, None
-        start = self._worker.begin_step(output.kv_connector_metadata, self.now)
-        return start, self._worker.poll(start)
+            return self.now, self.now, None
+        meta = output.kv_connector_metadata
+        start = self._worker.begin_step(meta, self.now)
+        forward = self._worker.start_sync_loads(meta, start)
+        return start, forward, self._worker.poll(forward)
 
     def _loads_in_flight(self) -> bool:
         return self._worker is not None and self._worker.loads_pending()
@@ -288,7 +299,10 @@ class SimEngine:
         self._apply(output, model_output, report)
         got_tokens = {request_id for request_id, _ in report.tokens}
         gap = "store_flush" if report.flush_wait_s > 0 else "idle"
-        self.waits.step(report.start_s, report.end_s, scheduled, reason, self.scheduler, got_tokens, gap)
+        loads = dict.fromkeys(report.sync_loaded, report.sync_load_s)
+        self.waits.step(
+            report.start_s, report.end_s, scheduled, reason, self.scheduler, got_tokens, gap, loads
+        )
         self._empty_steps = 0
         self.steps += 1
         if self.on_step is not None:
@@ -513,6 +527,14 @@ class SimEngine:
 SENTENCE_END_TOKEN = 31999
 """The token the simulated model samples to end a reply's first sentence (`SimRequest.first_sentence_tokens`);
 `_fake_token` never samples it."""
+
+
+def _sync_loaded(output: SchedulerOutput) -> tuple[str, ...]:
+    """The requests the step loads KV for before its forward (`TransferJob.sync`)."""
+    meta = output.kv_connector_metadata
+    if not isinstance(meta, SimTransferMeta):
+        return ()
+    return tuple(sorted({job.req_id for job in meta.load_jobs.values() if job.sync}))
 
 
 def _fake_token(request: Request) -> int:

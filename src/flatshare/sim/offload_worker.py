@@ -33,6 +33,10 @@ class TransferCounters:
     flush_s: float = 0.0
     loads_failed: int = 0
     """Loads reported as failed (`failed_recving` or `invalid_block_ids`)."""
+    sync_load_steps: int = 0
+    """Steps whose forward waited for synchronous loads (`sync_load`)."""
+    sync_load_wait_s: float = 0.0
+    """Seconds those forwards waited."""
 
 
 def failing_fraction(fraction: float) -> Callable[[TransferJob], bool]:
@@ -111,6 +115,20 @@ class SimOffloadWorker:
             self.counters.flush_s += ready - t
         return max(t, ready)
 
+    def start_sync_loads(self, meta: KVConnectorMetadata | None, t: float) -> float:
+        """`start_load_kv` before the forward (vLLM's `has_sync_kv_loads`): submit the step's synchronous
+        loads at `t` and return when the forward can start, once they are all done."""
+        if not isinstance(meta, SimTransferMeta):
+            return t
+        jobs = [meta.load_jobs[j] for j in sorted(meta.load_jobs) if meta.load_jobs[j].sync]
+        for job in jobs:
+            self._submit(job, t)
+        ready = max((self._submitted[job.job_id].end_s for job in jobs), default=t)
+        if ready > t:
+            self.counters.sync_load_steps += 1
+            self.counters.sync_load_wait_s += ready - t
+        return ready
+
     def poll(self, t: float) -> KVConnectorOutput | None:
         """`get_finished` at `t`: the jobs done by then, loads named by request in `finished_recving`."""
         done = sorted((s for s in self._submitted.values() if s.end_s <= t), key=lambda s: s.job.job_id)
@@ -122,8 +140,9 @@ class SimOffloadWorker:
                 self.counters.stores_finished += 1
             else:
                 self.counters.loads_finished += 1
-        recving = {s.job.req_id for s in done if not s.job.is_store}
-        failed = [s.job for s in done if not s.job.is_store and self.fail_load(s.job)]
+        # A synchronous load's request is running: vLLM names only parked requests in `finished_recving`.
+        recving = {s.job.req_id for s in done if not s.job.is_store and not s.job.sync}
+        failed = [s.job for s in done if not s.job.is_store and not s.job.sync and self.fail_load(s.job)]
         self.counters.loads_failed += len(failed)
         by_request = self.failure_report == "request"
         return KVConnectorOutput(
@@ -139,7 +158,8 @@ class SimOffloadWorker:
         if not isinstance(meta, SimTransferMeta):
             return
         for job_id in sorted(meta.load_jobs):
-            self._submit(meta.load_jobs[job_id], forward_end_s)
+            if not meta.load_jobs[job_id].sync:
+                self._submit(meta.load_jobs[job_id], forward_end_s)
         for job_id in sorted(meta.store_jobs):
             if job_id not in meta.jobs_to_flush:
                 self._submit(meta.store_jobs[job_id], forward_end_s)

@@ -98,7 +98,10 @@ def _vllm_config(config: EngineConfig, model_dir: Path) -> VllmConfig:
             kv_connector=CONNECTOR_NAME,
             kv_connector_module_path=CONNECTOR_MODULE,
             kv_role="kv_both",
-            kv_connector_extra_config={"cpu_tier_blocks": config.cpu_tier_tokens // config.block_size},
+            kv_connector_extra_config={
+                "cpu_tier_blocks": config.cpu_tier_tokens // config.block_size,
+                **config.cpu_tier_connector,
+            },
             kv_load_failure_policy=config.kv_load_failure_policy,
         )
     speculative = None

@@ -16,7 +16,8 @@ and charges each stretch of that time to one part. The parts add up to the measu
   tier, waiting for the rest of their blocks: `kv_holding_waiting`) are drained first, and while one of
   them cannot get its blocks vLLM 0.32 looks at no other waiting request. The first seed's "waiting
   behind memory the agents had reserved for their loads".
-- `cpu_load`: steps (and idle time) while its KV was loading from the CPU tier (`WAITING_FOR_REMOTE_KVS`).
+- `cpu_load`: steps (and idle time) while its KV was loading from the CPU tier (`WAITING_FOR_REMOTE_KVS`),
+  and the start of the step that loaded it synchronously, before that step's forward (`sync_load`).
 - `store_flush`: time between steps when the engine could not start the next step before stores to the
   CPU tier of blocks it reuses had finished (vLLM's offloading connector flushes such stores).
 - `prefill`: steps that computed its own prompt, up to and including the one that sampled its first token
@@ -93,18 +94,23 @@ class WaitLedger:
         scheduler: Any,
         first_token_ids: set[str],
         gap_part: str = "idle",
+        sync_loads: Mapping[str, float] | None = None,
     ) -> None:
         """A step ran from `start_s` to `end_s` with `scheduled` tokens per request, leaving waiting
         requests out for `reason` (`not_scheduled_reason`); the requests in `first_token_ids` got their
-        first token from it. Call after the step's outputs are applied."""
+        first token from it; `sync_loads` the seconds its start spent loading a scheduled request's KV
+        before the forward. Call after the step's outputs are applied."""
         self.gap(start_s, gap_part, scheduler)
         if not self._since:
             return
         for request_id, since in list(self._since.items()):
             if end_s > since:
                 request = scheduler.requests.get(request_id)
+                loading = min((sync_loads or {}).get(request_id, 0.0), end_s - since)
                 if request_id in scheduled:
                     part = "prefill"
+                    self.waits[request_id]["cpu_load"] += loading
+                    since += loading
                 elif _loading(request):
                     part = "cpu_load"
                 elif reason == "kv_behind_load" and request is not None and _holds_kv(request):

@@ -1,0 +1,86 @@
+"""The protected-KV settings of the CPU tier's connector, read from vLLM's `--kv-transfer-config`.
+
+They live in the connector's extra config under `flatshare_protected` (`kv_connector_extra_config`), read
+by flatshare's offloading connector (`flatshare.connector.offloading`) and by the simulated one
+(`flatshare.sim.connector`) alike:
+
+    --kv-transfer-config '{"kv_connector": "FlatshareOffloadingConnector",
+        "kv_connector_module_path": "flatshare.connector.offloading", "kv_role": "kv_both",
+        "kv_connector_extra_config": {"cpu_bytes_to_use": 8589934592,
+            "flatshare_protected": {"sync_load": true, "keep_in_tier": true}}}'
+
+Pure Python: importing this module imports no vLLM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+CONFIG_KEY = "flatshare_protected"
+
+
+class ProtectedKvConfigError(ValueError):
+    """Invalid protected-KV settings; raised when the connector is built, so vLLM fails at start-up."""
+
+
+@dataclass(frozen=True)
+class ProtectedKvConfig:
+    """What the CPU tier's connector does for protected requests (priority value at or below
+    `protect_priority`, as make-room's setting of that name). Both off by default: the connector is then
+    vLLM's `OffloadingConnector` unchanged.
+
+    `sync_load`: a protected request's hit in the CPU tier is loaded inside the step that admits it
+    (vLLM's synchronous-load path: `get_num_new_matched_tokens` returns `(hits, False)`, the worker
+    loads before the forward) instead of asynchronously (the load starts after the admitting step, is
+    polled at the next launch, and the request is scheduled one step after that). The hit then stops
+    one token short of the prompt, as vLLM computes at least one token of a scheduled request.
+    `keep_in_tier`: blocks a protected request stored, loaded or reused are evicted from the CPU tier
+    only when no other block can be (least recently used first within each kind), so a burst of agent
+    stores does not push the protected prefix out.
+    `max_kept_share`: at most this share of the tier is kept so; beyond it the least recently used kept
+    blocks are evicted as ordinary ones (1.0: no limit).
+    """
+
+    sync_load: bool = False
+    keep_in_tier: bool = False
+    protect_priority: int = 0
+    max_kept_share: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in ("sync_load", "keep_in_tier"):
+            if not isinstance(getattr(self, name), bool):
+                raise ProtectedKvConfigError(
+                    f"{CONFIG_KEY}.{name} must be true or false, got {getattr(self, name)!r}"
+                )
+        priority = self.protect_priority
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise ProtectedKvConfigError(
+                f"{CONFIG_KEY}.protect_priority must be an integer, got {priority!r}"
+            )
+        share = self.max_kept_share
+        if not isinstance(share, int | float) or isinstance(share, bool) or not 0 < share <= 1:
+            raise ProtectedKvConfigError(f"{CONFIG_KEY}.max_kept_share must be in (0, 1], got {share!r}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.sync_load or self.keep_in_tier
+
+    def protects(self, priority: int) -> bool:
+        return priority <= self.protect_priority
+
+    @classmethod
+    def from_extra_config(cls, extra: Mapping[str, Any] | None) -> ProtectedKvConfig:
+        """Read `kv_connector_extra_config["flatshare_protected"]`; absent means off. Unknown keys are errors."""
+        section = (extra or {}).get(CONFIG_KEY, {})
+        if not isinstance(section, Mapping):
+            raise ProtectedKvConfigError(f"kv_connector_extra_config.{CONFIG_KEY} must be a JSON object")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(section) - known)
+        if unknown:
+            raise ProtectedKvConfigError(
+                f"{CONFIG_KEY}: unknown key(s) {unknown}; valid keys: {sorted(known)}"
+            )
+        return cls(**dict(section))
