@@ -10,6 +10,8 @@ from flatshare.colocation.experiment import (
     BASELINE_CONDITIONS,
     MAIN_CONDITIONS,
     MECHANISM_CONDITIONS,
+    PROTECTED_KV_CONDITIONS,
+    RIDE_CONDITIONS,
     SWEEP_CONDITIONS,
 )
 from flatshare.colocation.goal import Goal
@@ -38,7 +40,14 @@ def _summary(
 
 
 def test_every_make_room_condition_of_the_experiment_has_a_variant_below_it() -> None:
-    every = MAIN_CONDITIONS + MECHANISM_CONDITIONS + SWEEP_CONDITIONS + BASELINE_CONDITIONS
+    every = (
+        MAIN_CONDITIONS
+        + MECHANISM_CONDITIONS
+        + RIDE_CONDITIONS
+        + PROTECTED_KV_CONDITIONS
+        + SWEEP_CONDITIONS
+        + BASELINE_CONDITIONS
+    )
     make_room = {c.key for c in every if c.scheduler == "make-room"}
     assert make_room == set(PARENT)
     present = {c.key: c for c in every}

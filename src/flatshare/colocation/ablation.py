@@ -30,6 +30,15 @@ class Edge:
 
 
 _T48 = "make-room-t48"
+# The ride conditions' suffixes (`colocation.experiment.RIDES`) and what each lets into a held step.
+_RIDES = {
+    "ride64": "64 tokens a step",
+    "ride256": "256 tokens a step",
+    "ride256-ctx8k": "256 tokens a step, contexts under 8k",
+    "ride64-waiting": "64 tokens a step, waiting requests too",
+    "ride128-waiting": "128 tokens a step, waiting requests too",
+    "ride64-waiting-ctx8k": "64 tokens a step, waiting requests too, contexts under 8k",
+}
 EDGES = (
     Edge("make-room-preempt", STOCK, "preemption for a waiting voice turn"),
     *(Edge(f"make-room-t{t}", "make-room-preempt", f"the prefill hold, window T={t}") for t in (8, 16)),
@@ -49,6 +58,25 @@ EDGES = (
         "make-room-t48-pinres-tail-hint-sentence",
         "make-room-t48-pinres-tail-hint",
         "the hold ends at the first sentence",
+    ),
+    # Protected KV from the CPU tier (the connector's settings, `flatshare.connector`).
+    Edge("make-room-t48-syncload", _T48, "protected KV loaded inside the step"),
+    Edge("make-room-t48-tierkeep", _T48, "the CPU tier evicts protected blocks last"),
+    Edge(
+        "make-room-t48-syncload-tierkeep",
+        "make-room-t48-syncload",
+        "the CPU tier evicts protected blocks last",
+    ),
+    Edge(
+        "make-room-t48-syncload-tierkeep-tail-hint",
+        "make-room-t48-syncload-tierkeep",
+        "small tails recomputed, and arrival hints",
+    ),
+    # The ride (`hold_ride_*`), over T=48 and over the pin stack.
+    *(
+        Edge(f"{base}-{ride}", base, f"held agent prefill rides, {adds}")
+        for base in (_T48, "make-room-t48-pinres-tail-hint")
+        for ride, adds in _RIDES.items()
     ),
 )
 PARENT: Mapping[str, Edge] = {e.child: e for e in EDGES}
