@@ -74,6 +74,7 @@ ENGINE_JSON = {
     "deep": "[" * 100_000 + "]" * 100_000,
     "a string duration": json.dumps(FACTS | {"duration_s": "long"}),
     "a list of counters": json.dumps(FACTS | {"scheduler_counters": [1]}),
+    "a step ledger of text": json.dumps(FACTS | {"step_ledger": {"busy_s": "long"}}),
 }
 
 

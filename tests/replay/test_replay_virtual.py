@@ -88,8 +88,8 @@ def test_voice_turns_are_preceded_by_arrival_hints_that_stay_out_of_the_records(
 
 
 def test_the_run_carries_the_engines_totals_not_the_engines() -> None:
-    """`VirtualRun` is a plain value: preemptions, steps and scheduler counters summed over the engines,
-    the latest clock, and no engine inside (run folders are written from it alone)."""
+    """`VirtualRun` is a plain value: preemptions, steps, scheduler counters and step ledgers summed over
+    the engines, the latest clock, and no engine inside (run folders are written from it alone)."""
     workload = parse_spec("voice-agents:callers=4,agents=4,duration=60", seed=2, max_model_len=8192)
     engines = _engines(2, kv_tokens=8208, max_model_len=8192, scheduler="make-room")
     run = run_virtual(workload, engines, until_s=60)
@@ -106,4 +106,7 @@ def test_the_run_carries_the_engines_totals_not_the_engines() -> None:
         "steps": run.steps,
         "virtual_s": run.virtual_s,
         "scheduler_counters": run.scheduler_counters,
+        "step_ledger": run.step_ledger,
     }
+    ledgers = [e.ledger.to_json() for e in engines]
+    assert run.step_ledger["steps"] == ledgers[0]["steps"] + ledgers[1]["steps"] > 0

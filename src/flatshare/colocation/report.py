@@ -18,6 +18,7 @@ from flatshare.colocation.runs import SavedRun, load_runs, run_dir
 from flatshare.colocation.seed_markdown import seed_counts_line, seed_table_lines
 from flatshare.colocation.seed_table import SEED_BASELINES
 from flatshare.colocation.setup import unstated_lines
+from flatshare.colocation.steps_markdown import steps_lines
 from flatshare.colocation.summary import BASELINE, summarize
 from flatshare.listen.voice import VoicePipeline
 from flatshare.sim.waits import WAIT_PARTS
@@ -243,6 +244,7 @@ def write_report(
     lines += _seed(summary)
     lines += _baselines(summary)
     lines += [*_waits(summary.conditions), ""]
+    lines += steps_lines(summary)
     for callers, block in summary.by_callers.items():
         lines += [
             f"## {callers} callers (target {block.target_s or 0.0:.2f} s)",

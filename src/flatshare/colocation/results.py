@@ -64,6 +64,9 @@ class ConditionResult:
     paired_vs_vllm_priority: PairedComparison | None = None
     # 95% intervals by field, resampling whole calls (`flatshare.colocation.summary.call_cis`)
     voice_call_ci: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    # where the engine's time went over the run's duration, mean per run (`flatshare.sim.step_ledger`;
+    # empty for real engines and for runs saved before the ledger)
+    step_ledger: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
 
     def nth_token_median(self, n: int) -> Seconds:
         """Median time from send to the n-th output token (1-based), None past the measured range."""

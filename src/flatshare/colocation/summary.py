@@ -201,6 +201,7 @@ def condition_metrics(
         nth_token_median_s=tuple(_nth_token(voice, 50)),
         nth_token_p95_s=tuple(_nth_token(voice, 95)),
         voice_call_ci=call_cis(runs, target_s, pipeline),
+        step_ledger=_mean_counters(runs, "step_ledger"),
         **wait_parts(voice),
     )
 

@@ -36,6 +36,7 @@ from flatshare.runfiles.sim_records import RequestRecord
 from flatshare.scheduler.hint import HINT_KEY, HINT_TURN
 from flatshare.sim.engine import SimEngine
 from flatshare.sim.requests import SimRequest
+from flatshare.sim.step_ledger import summed
 from flatshare.workloads.model import Session, Workload, WorkloadRequest
 
 Route = Callable[[WorkloadRequest, Sequence[SimEngine]], int]
@@ -61,6 +62,8 @@ class VirtualRun:
     scheduler_counters: dict[str, int]
     gate_counters: dict[str, float] = field(default_factory=dict)
     """The gate's counters (`Gate.counters`) at the end of the run; empty without a gate."""
+    step_ledger: dict[str, float] = field(default_factory=dict)
+    """Where the engines' time went over the run's duration (`flatshare.sim.step_ledger`), summed."""
 
     def totals(self) -> dict[str, Any]:
         """`preemptions`, `steps`, `virtual_s`, `scheduler_counters`: the engine facts a run folder keeps."""
@@ -69,6 +72,7 @@ class VirtualRun:
             "steps": self.steps,
             "virtual_s": self.virtual_s,
             "scheduler_counters": self.scheduler_counters,
+            "step_ledger": self.step_ledger,
         }
 
 
@@ -87,6 +91,7 @@ def _finished_run(
         virtual_s=max(e.now for e in engines),
         scheduler_counters=counters,
         gate_counters=gate_counters,
+        step_ledger=summed(e.ledger.to_json() for e in engines),
     )
 
 
@@ -163,13 +168,15 @@ def run_virtual(
     gate: Gate | None = None,
     hint_lead_s: float | None = None,
 ) -> VirtualRun:
-    """Replay `workload` on `engines` in virtual time; no request is issued after `until_s`, and no engine
-    steps past `stop_s` (requests unfinished then are recorded as failed: "run ended"). `gate`: a
+    """Replay `workload` on `engines` in virtual time; no request is issued after `until_s` (the window of
+    the engines' step ledgers too), and no engine steps past `stop_s` (requests unfinished then are recorded as failed: "run ended"). `gate`: a
     gateway-side baseline between the sessions and the engines; `hint_lead_s`: send arrival hints
     (module docstring; not with a gate)."""
     if hint_lead_s is not None and (gate is not None or hint_lead_s < 0):
         raise ValueError("hint_lead_s must be >= 0, and hints are not sent through a gate")
     edge: Edge = GateDriver(gate, engines) if gate is not None else DirectEdge(engines)
+    for engine in engines:
+        engine.ledger.until_s = until_s
     issuer = _Issuer(workload, until_s, edge.speech_starts, hint_lead_s)
     while True:
         busy = [e for e in engines if e.has_work() and (stop_s is None or e.now < stop_s)]
