@@ -1,4 +1,5 @@
-"""Rewrite the docs' generated co-location tables from docs/results/colocation/summary.json
+"""Rewrite the docs' generated co-location tables from docs/results/colocation/summary.json, with the
+best make-room configuration from docs/results/mechanisms/llama3-8b-24gb/summary.json
 (`flatshare.colocation.readme_tables`: the README's headline table, the results page's write-up and
 per-caller tables).
 
@@ -12,8 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from flatshare.colocation.readme_tables import PAGES, SUMMARY_PATH, render
-from flatshare.colocation.summary import load_summary
+from flatshare.colocation.readme_tables import PAGES, load_docs_summary, render
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +24,7 @@ def main() -> None:
     )
     parser.add_argument("--check", action="store_true", help="only say whether the pages are up to date")
     args = parser.parse_args()
-    summary = load_summary(ROOT / SUMMARY_PATH)
+    summary = load_docs_summary(ROOT)
     stale = []
     for page, names in PAGES.items():
         path = ROOT / page

@@ -4,13 +4,25 @@ by hand fails. summary.json reads back as written."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from flatshare.colocation.readme_tables import BLOCKS, PAGES, RESULTS_PAGE, SUMMARY_PATH, render
-from flatshare.colocation.results import ColocationSummary
+from flatshare.colocation.readme_tables import (
+    BEST,
+    BLOCKS,
+    MECHANISMS_SUMMARY_PATH,
+    PAGES,
+    RESULTS_PAGE,
+    SUMMARY_PATH,
+    docs_summary,
+    load_docs_summary,
+    render,
+    write_up_cell,
+)
+from flatshare.colocation.results import CallerResult, ColocationSummary
 from flatshare.colocation.summary import load_summary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def full_run() -> ColocationSummary:
-    return load_summary(ROOT / SUMMARY_PATH)
+    return load_docs_summary(ROOT)
 
 
 @pytest.mark.parametrize("page", sorted(PAGES))
@@ -58,11 +70,14 @@ def test_render_wants_each_block_marked_once(full_run: ColocationSummary) -> Non
         render(readme + readme, full_run, PAGES["README.md"])
 
 
-def test_summary_json_reads_back_as_written_and_its_seed_rows_keep_their_figures(
-    full_run: ColocationSummary,
-) -> None:
+def test_summary_json_reads_back_as_written_and_its_seed_rows_keep_their_figures() -> None:
+    full_run = load_summary(ROOT / SUMMARY_PATH)
     written = json.loads((ROOT / SUMMARY_PATH).read_text())
     again = json.loads(json.dumps(full_run.to_json()))  # tuples as lists, as written
+    blocks = [again, *again["by_callers"].values()]  # each holds `conditions`
+    for m in (m for block in blocks for m in block["conditions"].values()):
+        if m["step_ledger"] == {}:  # a run saved before the step ledger reads back with an empty one
+            del m["step_ledger"]
     derived_keys = (
         "seed_comparison",
         "ablation",
@@ -83,3 +98,24 @@ def test_summary_json_reads_back_as_written_and_its_seed_rows_keep_their_figures
     assert [row["hit"] for row in again["seed_comparison"]] == [
         row["hit"] for row in written["seed_comparison"]
     ]
+
+
+def test_the_best_configuration_sits_beside_the_main_run_only_when_both_measured_the_same() -> None:
+    main, mechanisms = load_summary(ROOT / SUMMARY_PATH), load_summary(ROOT / MECHANISMS_SUMMARY_PATH)
+    merged = docs_summary(main, mechanisms)
+    assert BEST not in main.first.conditions and BEST in merged.first.conditions
+    assert merged.first.conditions["vllm-priority"] == main.first.conditions["vllm-priority"]
+    other = dataclasses.replace(mechanisms, setup={**(mechanisms.setup or {}), "kv_tokens": 1})
+    with pytest.raises(ValueError, match="setup"):
+        docs_summary(main, other)
+    stock = main.first.conditions["vllm-priority"]
+    moved = dataclasses.replace(stock, voice_turn_p95_s=(stock.voice_turn_p95_s or 0) + 1)
+    blocks = {**mechanisms.by_callers}
+    blocks[2] = CallerResult(blocks[2].target_s, {**blocks[2].conditions, "vllm-priority": moved})
+    with pytest.raises(ValueError, match="vllm-priority"):
+        docs_summary(main, dataclasses.replace(mechanisms, by_callers=blocks))
+
+
+def test_the_write_up_column_quotes_the_write_up() -> None:
+    assert write_up_cell("make-room-t48") == "2.24 s, over target 32%, agents 0.97"
+    assert write_up_cell(BEST) == "-"

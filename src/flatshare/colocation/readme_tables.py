@@ -4,20 +4,31 @@ A page marks each generated block with a pair of comments, `<!-- generated: NAME
 `<!-- end generated: NAME -->`; `render` rewrites what lies between them (`tools/readme_tables.py` writes
 the pages, a test fails when a page differs from `render`'s output on the committed summary.json).
 `PAGES` says which page holds which blocks: the README the headline (`headline-table`: stock vLLM and
-make-room at the first caller count, with the p95 at the others), the co-location results page the
+make-room at the first caller count, with the p95 at the others, beside the write-up's own figures), the
+co-location results page the
 write-up's table (`seed-table`, `flatshare.colocation.seed_markdown`) and `per-caller-table` (the main
 conditions' voice p95, turns over target and agent throughput at every caller count).
+
+The headline's best make-room configuration comes from the mechanisms' full run
+(`MECHANISMS_SUMMARY_PATH`), which ran the same preset, random seeds and durations as the main one:
+`docs_summary` adds the conditions the main run lacks, and refuses runs whose setup or stock figures differ.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
+from pathlib import Path
 
-from flatshare.colocation.results import ColocationSummary, ConditionResult
-from flatshare.colocation.seed_markdown import seed_counts_line, seed_table_lines
+from flatshare.colocation.results import CallerResult, ColocationSummary, ConditionResult
+from flatshare.colocation.seed_markdown import seed_counts_line, seed_table_lines, shown
+from flatshare.colocation.seed_table import SEED_ROW_BY_NAME
+from flatshare.colocation.setup import SEED
 
 SUMMARY_PATH = "docs/results/colocation/summary.json"
+MECHANISMS_SUMMARY_PATH = "docs/results/mechanisms/llama3-8b-24gb/summary.json"
+BEST = "make-room-t48-syncload-tierkeep-tail-hint"
 RESULTS_PAGE = "docs/results/colocation/README.md"
 PER_CALLER_CONDITIONS = (
     "alone",
@@ -37,7 +48,68 @@ HEADLINE_CONDITIONS = {
     "make-room-preempt": "make-room, preemption only",
     "make-room-t48": "make-room, hold window T = 48",
     "make-room-t48-256-decode": "make-room T = 48, decode hold, 256-token steps",
+    BEST: "make-room T = 48, protected KV loaded in the step and kept in the CPU tier, small tails "
+    "recomputed, arrival hints",
 }
+# The write-up's own figures for a headline row (`flatshare.colocation.seed_table`), by condition.
+WRITE_UP_ROWS = {
+    "alone": ("voice alone: turn p95 s",),
+    "vllm-priority": ("stock vLLM (priority): voice turn p95 s", "stock vLLM: turns over target"),
+    "make-room-preempt": ("preemption only: voice turn p95 s",),
+    "make-room-t48": (
+        "make-room T=48: voice turn p95 s",
+        "make-room T=48: turns over target",
+        "make-room T=48: agent throughput vs stock",
+    ),
+    "make-room-t48-256-decode": (
+        "every fix (T=48, decode hold, 256-token steps), 2, 4 and 6 callers: turns over target",
+    ),
+}
+
+
+def write_up_cell(key: str) -> str:
+    """The write-up's figures for condition `key` as the headline shows them ("-": it has none)."""
+    parts = []
+    for name in WRITE_UP_ROWS.get(key, ()):
+        row = SEED_ROW_BY_NAME[name]
+        figure = row.said or shown(row.seed, row.fmt) + (" s" if name.endswith(" s") else "")
+        what = "over target" if "over target" in name else "agents" if "agent" in name else "p95"
+        pooled = " (2-6 callers)" if "2, 4 and 6 callers" in name else ""
+        parts.append((f"{what} {figure}" if what != "p95" else figure) + pooled)
+    return ", ".join(parts) or "-"
+
+
+def load_docs_summary(root: Path) -> ColocationSummary:
+    """The summary the docs' tables are generated from: the main full run's, with the mechanisms' run's
+    conditions added (`docs_summary`), both read from the checkout at `root`."""
+    from flatshare.colocation.summary import load_summary
+
+    return docs_summary(load_summary(root / SUMMARY_PATH), load_summary(root / MECHANISMS_SUMMARY_PATH))
+
+
+def _stock_figures(block: CallerResult) -> tuple[object, ...]:
+    m = block.conditions.get("vllm-priority")
+    return (
+        () if m is None else (m.n_voice_turns, m.voice_turn_p95_s, m.voice_turn_p50_s, m.agent_tokens_per_s)
+    )
+
+
+def docs_summary(main: ColocationSummary, mechanisms: ColocationSummary) -> ColocationSummary:
+    """`main` with, at each caller count, the conditions of `mechanisms` it lacks; ValueError when the two
+    runs' setups, caller counts or stock (`vllm-priority`) figures differ, so rows from the two sit side by
+    side only when they measure the same thing."""
+    preset = SEED.to_json()  # a setting saved before it existed had the preset's value
+    same_setup = {**preset, **(main.setup or {})} == {**preset, **(mechanisms.setup or {})}
+    if not same_setup or main.callers != mechanisms.callers:
+        raise ValueError("the mechanisms' run must have the main run's setup and caller counts")
+    blocks = {}
+    for n in main.callers:
+        mine, theirs = main.by_callers[n], mechanisms.by_callers[n]
+        if _stock_figures(mine) != _stock_figures(theirs):
+            raise ValueError(f"{n} callers: the two runs' `vllm-priority` figures differ")
+        added = {k: m for k, m in theirs.conditions.items() if k not in mine.conditions}
+        blocks[n] = CallerResult(mine.target_s, {**mine.conditions, **added})
+    return dataclasses.replace(main, by_callers=blocks)
 
 
 def seed_block(summary: ColocationSummary) -> list[str]:
@@ -75,7 +147,8 @@ def per_caller_block(summary: ColocationSummary) -> list[str]:
 
 def headline_block(summary: ColocationSummary) -> list[str]:
     """The headline conditions at the first caller count: voice turn p95 with its interval, the share of
-    turns over the target, the agents' token rate against stock vLLM, and the p95 at the other counts."""
+    turns over the target, the agents' token rate against stock vLLM, the p95 and the agents' rate at the
+    other counts, and the write-up's own figures (`WRITE_UP_ROWS`)."""
     first, *others = summary.callers
     at_first = summary.by_callers[first]
     header = (
@@ -83,8 +156,9 @@ def headline_block(summary: ColocationSummary) -> list[str]:
         "| agents' tokens vs stock |"
     )
     if others:
-        header += " p95 at " + " / ".join(map(str, others)) + " callers |"
-    lines = [header, "|---" * (4 + bool(others)) + "|"]
+        header += " p95, agents at " + " / ".join(map(str, others)) + " callers |"
+    header += " the write-up |"
+    lines = [header, "|---" * (5 + bool(others)) + "|"]
     for key, label in HEADLINE_CONDITIONS.items():
         m = at_first.conditions.get(key)
         if m is None:
@@ -96,12 +170,14 @@ def headline_block(summary: ColocationSummary) -> list[str]:
             row += (
                 " "
                 + " / ".join(
-                    "-" if x is None or x.voice_turn_p95_s is None else f"{x.voice_turn_p95_s:.2f} s"
+                    "-"
+                    if x is None or x.voice_turn_p95_s is None
+                    else f"{x.voice_turn_p95_s:.2f} s, {_agents(x)}"
                     for x in later
                 )
                 + " |"
             )
-        lines.append(row)
+        lines.append(row + f" {write_up_cell(key)} |")
     return lines
 
 
