@@ -14,12 +14,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from flatshare.colocation.results import ColocationSummary, ConditionResult
+from flatshare.policy.classes import DEFAULT_PRIORITY
+from flatshare.sim.step_ledger import work_key
 
 STOCK = "vllm-priority"
 HEADER = (
     "| condition | steps | decode-only steps | fixed s | linear s | attention s | busy s | per-step floor s "
-    "above stock (share of stock's busy time) | agents' rate vs stock |"
+    "above stock (share of stock's busy time) | agents' work s | agents' work per 1k of their tokens, s "
+    "(vs stock) | agents' rate vs stock |"
 )
+AGENT_WORK = work_key(DEFAULT_PRIORITY["agent"])
 WORK = ("linear_s", "prefill_attention_s", "decode_attention_s", "sync_load_s")
 
 
@@ -37,12 +41,25 @@ def extra_floor(m: ConditionResult, stock: ConditionResult) -> tuple[float, floa
     return extra, extra / _num(stock.step_ledger, "busy_s")
 
 
+def work_per_k_tokens(m: ConditionResult) -> float | None:
+    """The agents' work (above the floor, `AGENT_WORK`) per 1,000 of their output tokens in the window."""
+    window, work = _num(m.step_ledger, "window_s"), m.step_ledger.get(AGENT_WORK)
+    if not window or work is None or not m.agent_tokens_per_s:
+        return None
+    return float(work) / (m.agent_tokens_per_s * window / 1000)
+
+
 def _row(key: str, m: ConditionResult, stock: ConditionResult) -> str:
     led = m.step_ledger
     extra = extra_floor(m, stock)
     above = "-" if extra is None or key == STOCK else f"{extra[0]:+.1f} ({extra[1] * 100:+.1f}%)"
     rate = "-" if m.agent_throughput_ratio is None else f"{m.agent_throughput_ratio:.3f}"
     attention = _num(led, "prefill_attention_s") + _num(led, "decode_attention_s")
+    per_k, stock_per_k = work_per_k_tokens(m), work_per_k_tokens(stock)
+    per_k_cell = "-" if per_k is None else f"{per_k:.2f}"
+    if per_k is not None and stock_per_k and key != STOCK:
+        per_k_cell += f" ({per_k / stock_per_k - 1:+.1%})"
+    work = led.get(AGENT_WORK)
     cells = [
         f"`{key}`",
         f"{_num(led, 'steps'):.0f}",
@@ -52,6 +69,8 @@ def _row(key: str, m: ConditionResult, stock: ConditionResult) -> str:
         f"{attention:.1f}",
         f"{_num(led, 'busy_s'):.1f}",
         above,
+        "-" if work is None else f"{work:.1f}",
+        per_k_cell,
         rate,
     ]
     return "| " + " | ".join(cells) + " |"
@@ -72,7 +91,7 @@ def steps_lines(summary: ColocationSummary) -> list[str]:
         if stock is None or not stock.step_ledger:
             continue
         rows = [_row(k, conditions[k], stock) for k in _shown(conditions)]
-        lines += [f"### {callers} callers", "", HEADER, "|---" * 9 + "|", *rows, ""]
+        lines += [f"### {callers} callers", "", HEADER, "|---" * 11 + "|", *rows, ""]
     if not lines:
         return []
     intro = (
@@ -82,6 +101,8 @@ def steps_lines(summary: ColocationSummary) -> list[str]:
         "least the floor (a one-token step: the fixed cost, and under the roofline model the weights read "
         "once) whatever it carries: a variant that keeps agent prefill out of the voice reply's steps runs "
         "more steps for the same work, and the floor seconds above stock's are time the agents no longer "
-        "get."
+        "get. The agents' work is the time above the floor spent on their requests (each request's "
+        "attention, and the pass's linear work by tokens); per 1,000 of their output tokens it rises when "
+        "they redo work (a preempted request recomputed, a prefix evicted and prefilled again)."
     )
     return ["## Where the engine's time went", "", intro, "", *lines]

@@ -35,7 +35,7 @@ from flatshare.sim.connector import SimCpuTierConnector, SimTransferMeta, Transf
 from flatshare.sim.offload_worker import SimOffloadWorker, failing_fraction
 from flatshare.sim.profile import ScheduledWork, StepTimeProfile
 from flatshare.sim.requests import SimRequest
-from flatshare.sim.step_ledger import StepLedger, floor_step_s
+from flatshare.sim.step_ledger import StepLedger
 from flatshare.sim.vllm_host import RequestFactory, build_scheduler
 from flatshare.sim.waits import WaitLedger
 
@@ -119,9 +119,7 @@ class SimEngine:
         self._idle_mark: tuple[float, int, float] | None = None
         self.on_step: Callable[[StepReport], None] | None = None
         self.waits = WaitLedger(config.max_num_batched_tokens, config.max_num_seqs)
-        self.ledger = StepLedger(
-            floor_step_s(profile)
-        )  # where the steps' time went (`step_ledger`); the driver sets its window
+        self.ledger = StepLedger(profile)  # where the steps' time went; the driver sets its window
 
     # -- input -----------------------------------------------------------------------------------
     def submit(self, request: SimRequest) -> None:
@@ -248,7 +246,8 @@ class SimEngine:
         work, model_output = self._execute(output)
         start, forward, model_output.kv_connector_output = self._worker_begin(output)
         end = forward + self.profile.step_time(work)
-        self.ledger.add(start, work, self.profile.step_parts(work), forward - start)
+        priorities = [self.scheduler.requests[r].priority for r in output.num_scheduled_tokens]
+        self.ledger.add(start, work, priorities, forward - start)
         if self._worker is not None:
             self._worker.end_step(output.kv_connector_metadata, end)
         report = StepReport(

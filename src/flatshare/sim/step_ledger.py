@@ -8,14 +8,17 @@ waited before its forward for synchronous CPU-tier loads. A decode-only step car
 (make-room's held steps are of this kind). `floor_s` is what the steps would have cost carrying one token
 each (`floor_step_s`: the fixed cost, and under the roofline model the weights read once): what a step costs
 whatever it carries, so a variant that runs more steps for the same work pays for it there.
+
+The work above the floor is also split by the priority of the request it served (`work_s_priority_<p>`):
+each request's attention as the model prices it, and the pass's linear work in proportion to its tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from flatshare.sim.profile import ScheduledWork, StepParts, StepTimeProfile
+from flatshare.sim.profile import ScheduledWork, StepTimeProfile
 
 FIELDS = (
     "steps",
@@ -28,6 +31,7 @@ FIELDS = (
     "decode_only_s",
     "floor_s",
 )
+WORK_PREFIX = "work_s_priority_"
 
 
 def floor_step_s(profile: StepTimeProfile) -> float:
@@ -35,12 +39,16 @@ def floor_step_s(profile: StepTimeProfile) -> float:
     return profile.step_time([ScheduledWork(1, 0, is_decode=True)])
 
 
+def work_key(priority: int) -> str:
+    """The ledger's key for the work that served requests of `priority`."""
+    return f"{WORK_PREFIX}{priority}"
+
+
 @dataclass
 class StepLedger:
     """Running sums over the steps that start before `until_s`; `to_json` gives them as a table."""
 
-    floor_step: float = 0.0
-    """`floor_step_s` of the engine's profile."""
+    profile: StepTimeProfile
     until_s: float | None = None
     steps: int = 0
     decode_only_steps: int = 0
@@ -51,15 +59,23 @@ class StepLedger:
     sync_load_s: float = 0.0
     decode_only_s: float = 0.0
     floor_s: float = 0.0
+    work_by_priority: dict[int, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._floor = floor_step_s(self.profile)
 
     def add(
-        self, start_s: float, work: Iterable[ScheduledWork], parts: StepParts, sync_load_s: float
+        self, start_s: float, work: Sequence[ScheduledWork], priorities: Sequence[int], sync_load_s: float
     ) -> None:
-        """Count one launched step that starts at `start_s` (ignored at or after `until_s`)."""
+        """Count one launched step that starts at `start_s` (ignored at or after `until_s`); `priorities[i]`
+        is the priority of the request `work[i]` served."""
         if self.until_s is not None and start_s >= self.until_s:
             return
+        if len(priorities) != len(work):
+            raise ValueError("one priority per scheduled request")
+        parts = self.profile.step_parts(work)
         self.steps += 1
-        self.floor_s += self.floor_step
+        self.floor_s += self._floor
         self.fixed_s += parts.fixed_s
         self.linear_s += parts.linear_s
         self.prefill_attention_s += parts.prefill_attention_s
@@ -68,6 +84,10 @@ class StepLedger:
         if all(item.is_decode for item in work):
             self.decode_only_steps += 1
             self.decode_only_s += parts.total_s + sync_load_s
+        tokens = sum(item.tokens for item in work)
+        for item, priority in zip(work, priorities, strict=True):
+            own = self.profile.step_parts([item]).attention_s + parts.linear_s * item.tokens / tokens
+            self.work_by_priority[priority] = self.work_by_priority.get(priority, 0.0) + own
 
     @property
     def busy_s(self) -> float:
@@ -81,19 +101,22 @@ class StepLedger:
         )
 
     def to_json(self) -> dict[str, float]:
-        """The sums (seconds rounded to the microsecond), `busy_s` included; no window."""
+        """The sums (seconds rounded to the microsecond), `busy_s`, `window_s` (`until_s`, when set) and
+        the work by priority."""
         out = {f: round(float(getattr(self, f)), 6) for f in FIELDS}
         out["busy_s"] = round(self.busy_s, 6)
+        if self.until_s is not None:
+            out["window_s"] = float(self.until_s)
+        for priority in sorted(self.work_by_priority):
+            out[work_key(priority)] = round(self.work_by_priority[priority], 6)
         return out
 
 
 def summed(ledgers: Iterable[Mapping[str, float]]) -> dict[str, float]:
-    """Several engines' `to_json` tables added field by field (empty for none)."""
+    """Several engines' `to_json` tables added field by field (empty for none); the window is theirs,
+    not a sum."""
     out: dict[str, float] = {}
     for ledger in ledgers:
         for key, value in ledger.items():
-            out[key] = round(out.get(key, 0.0) + value, 6)
+            out[key] = value if key == "window_s" else round(out.get(key, 0.0) + value, 6)
     return out
-
-
-__all__ = ["FIELDS", "StepLedger", "summed"]
