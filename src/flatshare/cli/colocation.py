@@ -36,10 +36,20 @@ from flatshare.sim.options import EngineOptions
 )
 def experiment_colocation(
     out: Annotated[Path, typer.Option(help="Experiment folder: runs/, summary.json, report.md, figures.")],
-    quick: Annotated[bool, typer.Option(help="2 callers, 2 seeds, 300 virtual s (a few minutes).")] = False,
-    callers: Annotated[str, typer.Option(help="Caller counts, comma-separated.")] = "2,4,6",
-    agents: Annotated[int, typer.Option(help="Coding-agent sessions beside the voice agent.")] = 24,
-    seeds: Annotated[int, typer.Option(help="Seeds per condition (at least 5 for the full run).")] = 5,
+    quick: Annotated[
+        bool,
+        typer.Option(
+            help="2 callers, 2 seeds, 300 virtual s (a few minutes); --callers, --agents, --seeds, --duration "
+            "and --drain, when given, change it."
+        ),
+    ] = False,
+    callers: Annotated[str | None, typer.Option(help="Caller counts, comma-separated [2,4,6].")] = None,
+    agents: Annotated[
+        int | None, typer.Option(help="Coding-agent sessions beside the voice agent [24].")
+    ] = None,
+    seeds: Annotated[
+        int | None, typer.Option(help="Seeds per condition (at least 5 for the full run) [5].")
+    ] = None,
     duration: Annotated[
         float | None, typer.Option(help="Seconds per run (virtual; wall with --engine vllm) [600].")
     ] = None,

@@ -70,21 +70,29 @@ def colocation_setup(engine: EngineOptions, changes: SetupChanges, base: Setup =
     )
 
 
+def _caller_counts(text: str) -> tuple[int, ...]:
+    items = [c.strip() for c in text.split(",")]
+    if not all(c.isdigit() and int(c) > 0 for c in items):
+        raise ValueError(f"--callers must be positive integers, comma-separated, got {text!r}")
+    return tuple(int(c) for c in items)
+
+
 def colocation_plan(
     setup: Setup,
     *,
     quick: bool,
     real: bool,
-    callers: str,
-    agents: int,
-    seeds: int,
+    callers: str | None,
+    agents: int | None,
+    seeds: int | None,
     duration: float | None,
     drain: float | None,
     workers: int,
     conditions: str | None,
 ) -> ColocationPlan:
-    """The plan: the quick one (`QUICK`, or `REAL_QUICK` on real engines) or callers x seeds on `setup`,
-    with the given duration, drain, workers and conditions (None or 0: the plan's)."""
+    """The plan: the quick one (`QUICK`, or `REAL_QUICK` on real engines) or the full one on `setup`, with
+    the given callers, agents, seeds, duration, drain, workers and conditions (None or 0: the plan's own);
+    ValueError on caller counts that are not positive integers."""
     from flatshare.colocation.experiment import (
         QUICK,
         REAL_QUICK,
@@ -93,13 +101,13 @@ def colocation_plan(
         pick_conditions,
     )
 
-    if quick:
-        plan = dataclasses.replace(REAL_QUICK if real else QUICK, setup=setup)
-    else:
-        counts = tuple(int(c) for c in callers.split(","))
-        plan = ColocationPlan(callers=counts, agents=agents, seeds=seeds, setup=setup)
+    plan = (REAL_QUICK if real else QUICK) if quick else ColocationPlan()
     plan = dataclasses.replace(
         plan,
+        setup=setup,
+        callers=plan.callers if callers is None else _caller_counts(callers),
+        agents=plan.agents if agents is None else agents,
+        seeds=plan.seeds if seeds is None else seeds,
         duration_s=plan.duration_s if duration is None else duration,
         drain_s=plan.drain_s if drain is None else drain,
     )
