@@ -165,23 +165,23 @@ def test_colocation_maps_the_engine_options_and_setup_changes_onto_its_setup() -
 def test_quick_takes_the_callers_seeds_and_agents_given_beside_it() -> None:
     """`--quick --callers 4,6` ran 2 callers: the quick plan silently dropped the options given with it."""
     from flatshare.colocation.command import colocation_plan
-    from flatshare.colocation.experiment import QUICK
+    from flatshare.colocation.experiment import QUICK, ColocationPlan
     from flatshare.colocation.setup import SEED
 
-    def plan(**given: object) -> object:
+    def plan(**given: Any) -> ColocationPlan:
         options = {"callers": None, "agents": None, "seeds": None, "duration": None, "drain": None} | given
-        return colocation_plan(SEED, quick=True, real=False, workers=1, conditions="alone", **options)  # type: ignore[arg-type]
+        return colocation_plan(SEED, quick=True, real=False, workers=1, conditions="alone", **options)
 
     quick = plan()
-    assert (quick.callers, quick.seeds, quick.agents, quick.duration_s) == (  # type: ignore[attr-defined]
+    assert (quick.callers, quick.seeds, quick.agents, quick.duration_s) == (
         QUICK.callers,
         QUICK.seeds,
         QUICK.agents,
         QUICK.duration_s,
     )
     changed = plan(callers="4,6", seeds=3, agents=12)
-    assert (changed.callers, changed.seeds, changed.agents) == ((4, 6), 3, 12)  # type: ignore[attr-defined]
-    assert changed.duration_s == QUICK.duration_s  # type: ignore[attr-defined]
+    assert (changed.callers, changed.seeds, changed.agents) == ((4, 6), 3, 12)
+    assert changed.duration_s == QUICK.duration_s
     for bad in ("2,x", "0", "4,,6", "-2"):
         with pytest.raises(ValueError, match="--callers"):
             plan(callers=bad)
