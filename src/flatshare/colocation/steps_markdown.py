@@ -42,7 +42,8 @@ def extra_floor(m: ConditionResult, stock: ConditionResult) -> tuple[float, floa
 
 
 def work_per_k_tokens(m: ConditionResult) -> float | None:
-    """The agents' work (above the floor, `AGENT_WORK`) per 1,000 of their output tokens in the window."""
+    """The agents' work (`AGENT_WORK`: their share of the passes, the fixed cost left out) per 1,000 of
+    their output tokens in the window."""
     window, work = _num(m.step_ledger, "window_s"), m.step_ledger.get(AGENT_WORK)
     if not window or work is None or not m.agent_tokens_per_s:
         return None
@@ -101,8 +102,9 @@ def steps_lines(summary: ColocationSummary) -> list[str]:
         "least the floor (a one-token step: the fixed cost, and under the roofline model the weights read "
         "once) whatever it carries: a variant that keeps agent prefill out of the voice reply's steps runs "
         "more steps for the same work, and the floor seconds above stock's are time the agents no longer "
-        "get. The agents' work is the time above the floor spent on their requests (each request's "
-        "attention, and the pass's linear work by tokens); per 1,000 of their output tokens it rises when "
-        "they redo work (a preempted request recomputed, a prefix evicted and prefilled again)."
+        "get. The agents' work is the passes' time spent on their requests, the fixed cost left out (each "
+        "request's attention, and the pass's linear work by tokens: under the roofline model that includes "
+        "a share of the weights' read); per 1,000 of their output tokens it rises when they redo work (a "
+        "preempted request recomputed, a prefix evicted and prefilled again) or run in smaller passes."
     )
     return ["## Where the engine's time went", "", intro, "", *lines]

@@ -9,8 +9,10 @@ waited before its forward for synchronous CPU-tier loads. A decode-only step car
 each (`floor_step_s`: the fixed cost, and under the roofline model the weights read once): what a step costs
 whatever it carries, so a variant that runs more steps for the same work pays for it there.
 
-The work above the floor is also split by the priority of the request it served (`work_s_priority_<p>`):
-each request's attention as the model prices it, and the pass's linear work in proportion to its tokens.
+The passes' work (linear work and attention, not the fixed cost) is also split by the priority of the
+request it served (`work_s_priority_<p>`): each request's attention as the model prices it, and the pass's
+linear work in proportion to its tokens (under the roofline model that includes the weights' read, so a
+held step's read is charged to the requests in it).
 """
 
 from __future__ import annotations
