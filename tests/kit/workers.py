@@ -74,4 +74,10 @@ def vllm_group_scheduling(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             return unit_of(nodeid)
 
+        def _assign_work_unit(self, node: Any) -> None:
+            """The vLLM unit first: it is the longest (xdist orders units by their number of tests)."""
+            if VLLM_GROUP in self.workqueue:
+                self.workqueue.move_to_end(VLLM_GROUP, last=False)
+            super()._assign_work_unit(node)
+
     return VllmGroupScheduling(config, log)
