@@ -52,8 +52,8 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Two pytest-xdist workers: the modules that start real vLLM servers run in order on one of them (one server
-# at a time, as in a serial run), the rest beside them, one module at a time (tests/kit/workers.py).
+# Two pytest-xdist workers: the modules that start real vLLM servers run in two lanes, one per worker (one
+# server at a time in a lane), the other modules as a worker frees up (tests/kit/workers.py).
 PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile

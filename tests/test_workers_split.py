@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kit.workers import SERVE_SIM_MODULES, TINY_MODEL_FIXTURES, VLLM_GROUP, VLLM_MODULES, unit_of
+from kit.workers import SERVE_SIM_MODULES, TINY_MODEL_FIXTURES, VLLM_LANES, VLLM_MODULES, unit_of
 
 ROOT = Path(__file__).resolve().parents[1]
 USES_VLLM = re.compile(r"mark\.server|\b(" + "|".join(sorted(TINY_MODEL_FIXTURES)) + r")\b")
@@ -19,8 +19,10 @@ def test_each_listed_module_exists_and_starts_servers_or_uses_a_tiny_model() -> 
         assert USES_VLLM.search(path.read_text()), f"{module} neither has server tests nor uses a tiny model"
 
 
-def test_vllm_modules_share_one_unit_and_the_others_are_one_unit_per_file() -> None:
-    assert {unit_of(f"{m}::test_x[a]") for m in VLLM_MODULES} == {VLLM_GROUP}
+def test_each_lane_is_one_unit_and_the_others_are_one_unit_per_file() -> None:
+    for lane, modules in VLLM_LANES.items():
+        assert {unit_of(f"{m}::test_x[a]") for m in modules} == {lane}
+    assert sum(len(modules) for modules in VLLM_LANES.values()) == len(VLLM_MODULES)  # in one lane each
     assert unit_of("tests/policy/test_policy_gates.py::test_x[a::b]") == "tests/policy/test_policy_gates.py"
     assert unit_of("tests/test_cli.py::Test::test_y") == "tests/test_cli.py"
 
@@ -31,3 +33,8 @@ def test_the_serve_sim_modules_start_no_vllm() -> None:
         assert "serve_sim_processes" in text and "VllmServer" not in text, module
         assert not re.search(r"\b(" + "|".join(sorted(TINY_MODEL_FIXTURES)) + r")\b", text), module
         assert unit_of(f"{module}::test_x") == module
+
+
+def test_the_shared_servers_modules_are_in_one_lane() -> None:
+    sharing = {m for m in VLLM_MODULES if re.search(r"\btiny_vllm\b", (ROOT / m).read_text())}
+    assert sharing and len({unit_of(f"{m}::t") for m in sharing}) == 1, sharing

@@ -1,15 +1,22 @@
 """How `make test` splits the suite over pytest-xdist workers (`-n 2 --dist loadfile`): one unit of work per
 test module (its module fixtures set up once), except the modules that start real vLLM servers or build tiny
-models, which form one unit, `VLLM_GROUP`, run in order by one worker: one vLLM server at a time, as in a
-serial run (the shared server's modules still one after another, `tests/conftest.py`), and each tiny model
-built once, while the other worker runs the rest.
+models, which form two units, the lanes of `VLLM_LANES`, each run in order by one worker: one vLLM server at
+a time in a lane, the shared server's modules in one lane one after another (`tests/conftest.py`). The
+lanes are handed out first, one to each worker (they are the longest units; xdist would order units by
+their number of tests, which put the docs tests' unit first and started the vLLM unit minutes late); the
+other modules fill in as a worker frees up.
 
-The vLLM modules are listed (`VLLM_MODULES`): xdist's scheduler sees only test ids, not markers or
-fixtures. `undeclared_vllm_modules` finds a collected module that has a `server` test or uses a tiny-model
-fixture but is not listed (`SERVE_SIM_MODULES` lists the `server` modules that start only serve-sim
-processes, which run as their own units); conftest refuses such a run, so a new server module cannot silently run beside
-another server. (pytest-xdist 3.8's own `--dist loadgroup` does not group under pytest 9.2: it renames
-`item._nodeid`, which pytest 9.2 no longer reads.)
+Lanes, balanced by a run with one vLLM unit (seconds, two workers, load average 7-12): `vllm-a` the
+fidelity test (278 setup), make-room's memory and seat servers (182 + 99), the shared server's modules
+(about 110); `vllm-b` the pin server (152), the co-location real runs (158 + 104), the operator journey
+(111), the keyed, sage and tiny-model modules (62 + 36 + 15). One lane alone was the whole run's length
+(22:10 of 22:10, the other worker done long before). At most two vLLM servers run at once.
+
+The vLLM modules are listed: xdist's scheduler sees only test ids, not markers or fixtures.
+`undeclared_vllm_modules` finds a collected module that has a `server` test or uses a tiny-model fixture
+but is in no lane (`SERVE_SIM_MODULES` lists the `server` modules that start only serve-sim processes,
+which run as their own units); conftest refuses such a run. (pytest-xdist 3.8's own `--dist loadgroup`
+does not group under pytest 9.2: it renames `item._nodeid`, which pytest 9.2 no longer reads.)
 """
 
 from __future__ import annotations
@@ -19,22 +26,29 @@ from typing import Any
 
 import pytest
 
-VLLM_GROUP = "vllm"
-VLLM_MODULES = frozenset(
-    {
-        "tests/colocation/test_colocation_real.py",
-        "tests/fidelity/test_fidelity_server.py",
-        "tests/gateway/test_gateway_vllm.py",
-        "tests/gateway/test_gateway_vllm_key.py",
-        "tests/replay/test_replay_vllm_server.py",
-        "tests/scheduler/test_make_room_pin_server.py",
-        "tests/scheduler/test_make_room_server.py",
-        "tests/scheduler/test_sage_server.py",
-        "tests/test_docs_journey.py",
-        "tests/testing/test_tiny_model.py",
-        "tests/testing/test_vllm_server.py",
-    }
-)
+VLLM_LANES: dict[str, frozenset[str]] = {
+    "vllm-a": frozenset(
+        {
+            "tests/fidelity/test_fidelity_server.py",
+            "tests/scheduler/test_make_room_server.py",
+            "tests/gateway/test_gateway_vllm.py",  # the shared server's three modules
+            "tests/replay/test_replay_vllm_server.py",
+            "tests/testing/test_vllm_server.py",
+        }
+    ),
+    "vllm-b": frozenset(
+        {
+            "tests/scheduler/test_make_room_pin_server.py",
+            "tests/colocation/test_colocation_real.py",
+            "tests/test_docs_journey.py",
+            "tests/gateway/test_gateway_vllm_key.py",
+            "tests/scheduler/test_sage_server.py",
+            "tests/testing/test_tiny_model.py",
+        }
+    ),
+}
+VLLM_MODULES = frozenset().union(*VLLM_LANES.values())
+_LANE_OF = {module: lane for lane, modules in VLLM_LANES.items() for module in modules}
 SERVE_SIM_MODULES = frozenset({"tests/admission/test_admission_endpoint.py"})
 """Modules with `server` tests that start only `flatshare serve-sim` processes (no vLLM, no tiny model):
 each its own unit, like any other module."""
@@ -46,9 +60,9 @@ def module_of(nodeid: str) -> str:
 
 
 def unit_of(nodeid: str) -> str:
-    """The unit of work a test belongs to: `VLLM_GROUP` or its module."""
+    """The unit of work a test belongs to: its vLLM lane, or its module."""
     module = module_of(nodeid)
-    return VLLM_GROUP if module in VLLM_MODULES else module
+    return _LANE_OF.get(module, module)
 
 
 def needs_vllm_group(item: pytest.Item) -> bool:
@@ -58,7 +72,7 @@ def needs_vllm_group(item: pytest.Item) -> bool:
 
 
 def undeclared_vllm_modules(items: Iterable[pytest.Item]) -> set[str]:
-    """Modules among `items` that belong in `VLLM_MODULES` and are not there (nor in `SERVE_SIM_MODULES`)."""
+    """Modules among `items` that belong in a vLLM lane and are in none (nor in `SERVE_SIM_MODULES`)."""
     return (
         {module_of(item.nodeid) for item in items if needs_vllm_group(item)}
         - VLLM_MODULES
@@ -67,7 +81,7 @@ def undeclared_vllm_modules(items: Iterable[pytest.Item]) -> set[str]:
 
 
 def vllm_group_scheduling(config: pytest.Config, log: Any) -> Any:
-    """xdist's file scheduling with the vLLM modules joined into one unit (imported only under xdist)."""
+    """xdist's file scheduling with the vLLM modules joined into their lanes (imported only under xdist)."""
     from xdist.scheduler import LoadFileScheduling
 
     class VllmGroupScheduling(LoadFileScheduling):
@@ -75,9 +89,10 @@ def vllm_group_scheduling(config: pytest.Config, log: Any) -> Any:
             return unit_of(nodeid)
 
         def _assign_work_unit(self, node: Any) -> None:
-            """The vLLM unit first: it is the longest (xdist orders units by their number of tests)."""
-            if VLLM_GROUP in self.workqueue:
-                self.workqueue.move_to_end(VLLM_GROUP, last=False)
+            """The vLLM lanes first (module docstring)."""
+            for lane in reversed(VLLM_LANES):
+                if lane in self.workqueue:
+                    self.workqueue.move_to_end(lane, last=False)
             super()._assign_work_unit(node)
 
     return VllmGroupScheduling(config, log)
