@@ -10,7 +10,9 @@ Lanes, balanced by a run with one vLLM unit (seconds, two workers, load average 
 fidelity test (278 setup), make-room's memory and seat servers (182 + 99), the shared server's modules
 (about 110); `vllm-b` the pin server (152), the co-location real runs (158 + 104), the operator journey
 (111), the keyed, sage and tiny-model modules (62 + 36 + 15). One lane alone was the whole run's length
-(22:10 of 22:10, the other worker done long before). At most two vLLM servers run at once.
+(22:10 of 22:10, the other worker done long before). With the two lanes at load average 4-11: 1561
+passed in 22:33, no faster on that loaded machine (each server test 10-60% slower beside the other
+lane's server, and the other modules waited for a lane to end); at most two vLLM servers run at once.
 
 The vLLM modules are listed: xdist's scheduler sees only test ids, not markers or fixtures.
 `undeclared_vllm_modules` finds a collected module that has a `server` test or uses a tiny-model fixture
