@@ -52,8 +52,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Two pytest-xdist workers: the modules that start real vLLM servers run in two lanes, one per worker (one
+# server at a time in a lane), the other modules as a worker frees up (tests/kit/workers.py).
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 test: system-deps lint typecheck pytest
 

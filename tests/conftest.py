@@ -3,17 +3,23 @@
 Session fixtures (tests/kit/shared_vllm.py): the tiny model built once per shape, and one real vLLM
 server shared by the modules that use `tiny_vllm`. Those modules run one after another (at the place of
 the first of them) and the server stops right after the last of their tests, by its process group.
+
+Under pytest-xdist (`make test`: `-n 2 --dist loadfile`) the modules that start vLLM servers or build
+tiny models run in two lanes, each in order on one worker (the shared server's modules in one lane), the
+rest as a worker frees up (tests/kit/workers.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from flatshare.testing.vllm_server import VllmServer
 from kit.shared_vllm import SHARED_FIXTURE, SharedServer, TinyModels
+from kit.workers import undeclared_vllm_modules, vllm_group_scheduling
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -60,9 +66,24 @@ def tiny_vllm(_shared_server: SharedServer) -> VllmServer:
     return _shared_server.get()
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` with the vLLM modules in their lanes (tests/kit/workers.py); other modes as xdist has
+    them."""
+    return vllm_group_scheduling(config, log) if config.getvalue("dist") == "loadfile" else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m`/`-k` deselect: every collected test is checked
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the modules that use the shared server one after another, at the place of the first of them,
-    each module's tests in their own order (module fixtures are still set up once)."""
+    """Refuse a run where a module that starts vLLM servers is in no vLLM lane
+    (tests/kit/workers.py); run the modules that use the shared server one after another, at the place of
+    the first of them, each module's tests in their own order (module fixtures are still set up once)."""
+    undeclared = undeclared_vllm_modules(items)
+    if undeclared:
+        raise pytest.UsageError(
+            f"add {', '.join(sorted(undeclared))} to a lane of VLLM_LANES in tests/kit/workers.py: its tests "
+            "start vLLM servers or build tiny models, which run in lanes, one server at a time in a lane"
+        )
     modules = {_module(item) for item in items if SHARED_FIXTURE in getattr(item, "fixturenames", ())}
     config.stash[_SHARING_MODULES] = frozenset(m for m in modules if m is not None)
     if not modules:

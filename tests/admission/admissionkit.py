@@ -41,7 +41,7 @@ def run_saved(
         "workload": "test",
         "part": part,
         "engines": engines,
-        "condition": {"key": "test", "policy": "first", "prefer": "round-robin", "make_room": False},
+        "condition": {"key": "test", "routing_policy": "first", "prefer": "round-robin", "make_room": False},
         "seed": 0,
         "thresholds": None,
         "long_input_tokens": 8192,

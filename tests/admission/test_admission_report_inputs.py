@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from flatshare.cli import app
 from kit.files import refused
 
-FACTS = {"workload": "w", "condition": {"key": "c", "policy": "threshold"}, "seed": 0, "part": "synthetic",
+FACTS = {"workload": "w", "condition": {"key": "c", "routing_policy": "threshold"}, "seed": 0, "part": "synthetic",
          "preemptions": 0, "replay_s": 10.0, "eval_from_s": 0.0, "engines": 2, "long_input_tokens": 100,
          "thresholds": None, "engine_config": None, "profile": None}  # fmt: skip
 
@@ -23,7 +23,7 @@ FACTS = {"workload": "w", "condition": {"key": "c", "policy": "threshold"}, "see
         ([1, 2], "must hold a JSON object"),
         ({k: v for k, v in FACTS.items() if k != "part"}, "part"),
         (FACTS | {"condition": ["c"]}, "condition"),
-        (FACTS | {"condition": {"key": "c"}}, "policy"),
+        (FACTS | {"condition": {"key": "c"}}, "routing_policy"),
         (FACTS | {"seed": "0"}, "seed"),
         (FACTS | {"engine_config": [1]}, "engine_config"),
     ],

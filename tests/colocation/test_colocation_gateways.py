@@ -22,10 +22,10 @@ from flatshare.replay.endpoints import Endpoint
 from flatshare.replay.gatewayevents import GatewayEvents
 from flatshare.replay.ledger import Ledger
 from flatshare.replay.wallclock import WallClockOptions, run_wallclock
-from flatshare.workloads.model import Session, Workload, WorkloadRequest
-from flatshare.workloads.tokens import unique_span
+from flatshare.workloads.model import Workload
 from kit.fake_vllm import FakeState, fake_backend_app
 from kit.net import ThreadServer
+from kit.replay import session
 
 TOKEN = "colocation-admin-token-0123"
 
@@ -70,24 +70,6 @@ def test_the_written_config_is_one_the_gateway_loads_and_the_token_stays_off_the
     assert '"baseline": "leaseholder"' in line and spec.admin_token not in line
 
 
-def _session(sid: str, cls: str, priority: int, pause_s: float, speech: float | None) -> Session:
-    requests = tuple(
-        WorkloadRequest(
-            id=f"{sid}/{k}",
-            session_id=sid,
-            cls=cls,
-            priority=priority,
-            prompt=(unique_span(f"{sid}/{k}", 24 + k),),
-            max_tokens=4,
-            pause_before_s=0.0 if k == 0 else pause_s,
-            first_sentence_tokens=2 if speech else None,
-            vocab_size=512,
-        )
-        for k in range(3)
-    )
-    return Session(sid, cls, 0.0, requests, speech)
-
-
 def test_a_replay_through_the_real_gateway_tells_its_gate_when_callers_speak_and_tools_return(
     tmp_path: Path,
 ) -> None:
@@ -100,8 +82,18 @@ def test_a_replay_through_the_real_gateway_tells_its_gate_when_callers_speak_and
         overrides = {"backends": [{"url": engine.url}], "admin_token": TOKEN}
         gateway = build_gateway(load_config(placed.config_path, overrides))
         with ThreadServer(gateway.app) as front:
-            voice = _session("call", "voice", 0, pause_s=0.3, speech=200.0)
-            agent = _session("agent", "agent", 10, pause_s=0.05, speech=None)
+            voice = session(
+                "call",
+                3,
+                pause_s=0.3,
+                max_tokens=4,
+                prompt=24,
+                cls="voice",
+                priority=0,
+                speech_tokens_per_s=200.0,
+                first_sentence=2,
+            )
+            agent = session("agent", 3, pause_s=0.05, max_tokens=4, prompt=24)
             ledger = Ledger()
             options = WallClockOptions(duration_s=20.0, grace_s=5.0, session_headers=True)
             asyncio.run(

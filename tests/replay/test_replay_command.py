@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from replaykit import checked_records
 
 from flatshare.errors import InputError
 from flatshare.replay.command import replay_command
 from flatshare.runfiles.records import RECORD_VERSION
 from flatshare.testing.vllm_server import free_port
 from flatshare.workloads.spec import parse_spec
+from kit.replay import checked_records
 
 SPEC = "long-short:long=500,shorts=3,jitter=0.2"
 

@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from replaykit import by_id, session, workload
 
 from flatshare.protocol.sse import STREAM_OPTIONS
 from flatshare.replay.endpoints import Endpoint, sticky_index
@@ -17,6 +16,7 @@ from flatshare.replay.wallclock import CUT, INTERRUPTED, WallClockOptions, run_w
 from flatshare.runfiles.records import schema_problems
 from flatshare.workloads.model import Workload
 from kit.fake_vllm import FakeServer
+from kit.replay import by_id, session, workload
 
 SLACK_S = 0.1  # how late a timer may fire on this shared 2-core machine (well under any pause here)
 EARLY_S = 0.001  # how early (the event loop's clock resolution, rounding)

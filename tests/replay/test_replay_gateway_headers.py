@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-from replaykit import session, workload
 
 from flatshare.replay.endpoints import Endpoint
 from flatshare.replay.ledger import Ledger
 from flatshare.replay.wallclock import WallClockOptions, run_wallclock
 from flatshare.runfiles.records import schema_problems
 from kit.fake_vllm import FakeServer
+from kit.replay import session, workload
 
 GATEWAY = Endpoint("http://gw:8080", "fake")
 

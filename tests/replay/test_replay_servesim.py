@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from replaykit import Capture, checked_records, session, workload
 
 from flatshare.replay.command import replay_command
 from flatshare.replay.endpoints import Endpoint, sticky_index
@@ -33,6 +32,7 @@ from flatshare.sim.profile import load_profile
 from flatshare.sim.requests import SimRequest
 from flatshare.workloads.spec import parse_spec
 from kit.net import ThreadServer
+from kit.replay import Capture, checked_records, session, workload
 
 pytestmark = pytest.mark.vllm
 

@@ -9,13 +9,13 @@ import time
 
 import httpx
 import pytest
-from replaykit import session, workload
 
 from flatshare.replay.clients import ClientPool
 from flatshare.replay.endpoints import Endpoint
 from flatshare.replay.ledger import Ledger
 from flatshare.replay.timed_net import TimedStream
 from flatshare.replay.wallclock import WallClockOptions, run_wallclock
+from kit.replay import session, workload
 
 GAP_S = 0.15
 

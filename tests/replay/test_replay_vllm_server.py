@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from replaykit import checked_records
 
 from flatshare.replay.command import replay_command
 from flatshare.runfiles.records import RECORD_VERSION
@@ -17,6 +16,7 @@ from flatshare.sim.options import EngineOptions
 from flatshare.testing.vllm_server import VllmServer
 from flatshare.workloads.spec import parse_spec
 from kit.net import ThreadServer
+from kit.replay import checked_records
 from kit.shared_vllm import SHARED_SETTINGS
 
 pytestmark = [pytest.mark.server, pytest.mark.vllm]

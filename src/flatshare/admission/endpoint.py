@@ -125,11 +125,12 @@ class EndpointExperiment:
         thresholds: Thresholds | None = None
         calibration: dict[str, Any] | None = None
         for condition in sorted(plan.trace_conditions, key=lambda c: c.key != TRACE_BASELINE):
-            if condition.policy == "threshold" and thresholds is None:
+            if condition.routing_policy == "threshold" and thresholds is None:
                 raise AssertionError("the baseline runs first")  # pragma: no cover
             gateway = plan.gateway_for(condition)
             self.put(
-                gateway, routing_change(condition, thresholds if condition.policy == "threshold" else None)
+                gateway,
+                routing_change(condition, thresholds if condition.routing_policy == "threshold" else None),
             )
             run = await replay_through(
                 client, plan, self._salted(workload, condition.key), duration_s=plan.trace_s, gateway=gateway

@@ -72,7 +72,7 @@ def trace_facts(
         "seed": window,
         "spec": str(case.spec(window, n)),
         "rate": case.rate_for(n),
-        "thresholds": thresholds_json(thresholds if condition.policy == "threshold" else None),
+        "thresholds": thresholds_json(thresholds if condition.routing_policy == "threshold" else None),
         "calibration": calibration,
         "long_input_tokens": thresholds.input_tokens if thresholds else None,
         "replay_s": plan.trace_s,

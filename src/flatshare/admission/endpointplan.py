@@ -152,7 +152,7 @@ def json_safe(value: Any) -> Any:
 
 def routing_change(condition: Condition, thresholds: Thresholds | None) -> dict[str, Any]:
     """The `PUT /gateway/routing` body of a condition."""
-    body: dict[str, Any] = {"policy": condition.policy, "prefer": condition.prefer}
+    body: dict[str, Any] = {"policy": condition.routing_policy, "prefer": condition.prefer}
     if thresholds is not None:
         body["thresholds"] = {"kv_usage": thresholds.kv_usage, "input_tokens": thresholds.input_tokens}
     return body

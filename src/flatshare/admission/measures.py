@@ -86,7 +86,7 @@ def run_metrics(run: SavedRun, long_input_tokens: int | None) -> RunMetrics:
     longs = [ttft_or_failed(r) for r in evaluated if threshold is not None and r.prompt_tokens > threshold]
     decisions = [d for d in run.decisions if in_eval(run, d.t)]
     eligible = [d for d in decisions if threshold is not None and d.input_tokens > threshold]
-    rule = run.facts["condition"]["policy"] == "threshold"
+    rule = run.facts["condition"]["routing_policy"] == "threshold"
     samples = [s for s in run.samples if in_eval(run, float(s["t"]))]
     ttlts = {r.id: ttlt_or_failed(r) for r in evaluated}
     return RunMetrics(

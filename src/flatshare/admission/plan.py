@@ -47,7 +47,8 @@ def endpoint_thresholds(long_tokens: int) -> Thresholds:
 
 @dataclass(frozen=True)
 class Condition:
-    """One way of running the cluster: a gateway routing policy, and make-room or sage (the SageSched-style
+    """One way of running the cluster: a gateway routing policy (`routing_policy`, a name of
+    `flatshare.policy.policies.POLICY_NAMES`), and make-room or sage (the SageSched-style
     baseline, `SAGE`) inside each engine, or neither (vLLM's FCFS).
 
     `prefer` is the threshold rule's preferred-backend policy. A `calibrated` condition needs the trace's
@@ -55,7 +56,7 @@ class Condition:
     """
 
     key: str
-    policy: str
+    routing_policy: str
     prefer: str = "round-robin"
     make_room: bool = False
     sage: bool = False
@@ -63,14 +64,14 @@ class Condition:
     def __post_init__(self) -> None:
         if self.make_room and self.sage:
             raise ValueError(f"condition {self.key}: make-room and sage are two schedulers; choose one")
-        if self.policy not in POLICY_NAMES:
-            raise ValueError(f"condition {self.key}: unknown policy {self.policy!r}")
+        if self.routing_policy not in POLICY_NAMES:
+            raise ValueError(f"condition {self.key}: unknown routing policy {self.routing_policy!r}")
         if self.prefer not in PREFER_NAMES:
             raise ValueError(f"condition {self.key}: unknown prefer {self.prefer!r}")
 
     @property
     def calibrated(self) -> bool:
-        return self.policy == "threshold" or self.make_room
+        return self.routing_policy == "threshold" or self.make_room
 
 
 SYNTHETIC_BASELINE = "A-fcfs-one-engine"

@@ -7,8 +7,9 @@ Layout under an experiment folder: `experiment.json` (`{"kind": "admission", ...
 - `occupancy.jsonl`: per-engine KV holdings per request over time (`cluster.OccupancyRecorder`);
 - `decisions.jsonl`: routing decisions with the snapshots they saw (`cluster.DecisionRecord`);
 - `run.json`: the facts: `workload`, `part` (`synthetic`, `trace` or `alone`), `engines`, `condition`
-  (`key`, `policy`, `prefer`, `make_room`), `seed`, `thresholds` (or null), `long_input_tokens` (prompts
-  above it count as long), `replay_s` and `eval_from_s` (the evaluation covers requests sent in
+  (`key`, `routing_policy` (`policy` in runs saved before the rename; read as `routing_policy`), `prefer`,
+  `make_room`, `sage`), `seed`, `thresholds` (or null), `long_input_tokens` (prompts above it count as
+  long), `replay_s` and `eval_from_s` (the evaluation covers requests sent in
   `[eval_from_s, replay_s)`), `engine_config`, `profile`, `preemptions`, `steps`, `virtual_s`,
   `scheduler_counters`, `wall_s` (seconds the simulation took), and for traces `spec` and `calibration`.
 
@@ -99,7 +100,8 @@ _NULLABLE_FACTS: dict[str, tuple[type, ...]] = {
 
 def check_facts(facts: dict[str, Any], where: str) -> dict[str, Any]:
     """`run.json` as the analysis reads it: each field it uses present with its type (numbers finite:
-    `flatshare.jsonin`), `condition` naming a `key` and a `policy`; InputError naming `where` otherwise."""
+    `flatshare.jsonin`), `condition` naming a `key` and a `routing_policy` (runs saved before the rename
+    name it `policy`: read as `routing_policy`); InputError naming `where` otherwise."""
     for name, types in {**_FACTS, **_NULLABLE_FACTS}.items():
         value = facts.get(name)
         if value is None and name in _NULLABLE_FACTS:
@@ -107,10 +109,19 @@ def check_facts(facts: dict[str, Any], where: str) -> dict[str, Any]:
         if isinstance(value, bool) or not isinstance(value, types):
             kinds = "/".join(t.__name__ for t in types)
             raise InputError(f"{where}: {name} must be {kinds}, got {value!r:.60}")
-    condition = facts["condition"]
-    if not all(isinstance(condition.get(key), str) for key in ("key", "policy")):
-        raise InputError(f"{where}: condition must name a key and a policy")
-    return facts
+    condition = _condition(facts["condition"])
+    if not all(isinstance(condition.get(key), str) for key in ("key", "routing_policy")):
+        raise InputError(f"{where}: condition must name a key and a routing_policy")
+    return facts | {"condition": condition}
+
+
+def _condition(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved run's `condition`, its routing policy under `routing_policy` also when the run was saved
+    before the rename (as `policy`)."""
+    condition = dict(saved)
+    if "routing_policy" not in condition and "policy" in condition:
+        condition["routing_policy"] = condition.pop("policy")
+    return condition
 
 
 def load_run(folder: Path) -> SavedRun:

@@ -77,7 +77,7 @@ def _thresholds(grouped: Grouped) -> dict[int, Any]:
     out: dict[int, Any] = {}
     for runs in grouped.values():
         for seed, run in sorted(runs.items()):
-            if run.facts["condition"]["policy"] == "threshold" and run.facts["thresholds"]:
+            if run.facts["condition"]["routing_policy"] == "threshold" and run.facts["thresholds"]:
                 out.setdefault(seed, run.facts["thresholds"])
     return out
 

@@ -138,7 +138,7 @@ def run_synthetic_seed(out: Path, plan: AdmissionPlan, seed: int) -> list[str]:
     for name, long_first, conditions in orders:
         workload = synthetic_workload(synth, seed, long_first)
         for condition in conditions:
-            policy = make_policy(condition.policy, synth.thresholds, condition.prefer, seed)
+            policy = make_policy(condition.routing_policy, synth.thresholds, condition.prefer, seed)
             config = engine_config(plan.engine, condition)
             cluster = run_cluster(
                 workload, config, profile, synth.engines, policy, tick_s=plan.occupancy_tick_s

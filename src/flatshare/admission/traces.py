@@ -96,7 +96,7 @@ def run_trace(
     if condition.make_room and thresholds is not None:
         workload = prioritize(workload, thresholds.input_tokens)
     config = engine_config(plan.engine, condition)
-    policy = make_policy(condition.policy, thresholds, condition.prefer, seed=window)
+    policy = make_policy(condition.routing_policy, thresholds, condition.prefer, seed=window)
     replay_s = case.replay_s(engines)
     cluster = run_cluster(
         workload,

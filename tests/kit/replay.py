@@ -1,4 +1,4 @@
-"""Helpers for replay tests: small hand-built workloads, a capturing ASGI middleware and a record-file
+"""Helpers for tests that replay workloads (replay, co-location): small hand-built workloads, a capturing ASGI middleware and a record-file
 check. The fake streaming server behind an httpx mock transport is `kit.fake_vllm.FakeServer`."""
 
 from __future__ import annotations
