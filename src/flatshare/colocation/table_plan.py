@@ -1,5 +1,5 @@
 """The runs the write-up's table reads, and no others: the plan `tools/seed_fit.py spread` runs at each point of
-the seed fit's near-optimal set (and at the preset when the experiment was saved without its runs).
+the preset fit's near-optimal set (and at the preset when the experiment was saved without its runs).
 
 The conditions come from the table's own getters (`flatshare.colocation.seed_table.table_reads`), so a row
 added to the table brings its conditions with it: a condition read at the first caller count only runs
