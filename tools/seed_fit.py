@@ -16,8 +16,12 @@ noisy at 2 seeds), ranked the same way. Both give each point's loss a standard e
 the seeds).
 
 `spread`: the near-optimal set of a `refine` table (every point whose loss is within twice the noise of the
-best's) run through the whole co-location plan beside an experiment at the preset, into its `spread/`
-folder; its report's seed rows then carry their range over the set (`spread_low`, `spread_high`).
+best's) run beside an experiment at the preset, into its `spread/` folder, through only the runs the
+write-up's table reads (`flatshare.colocation.table_plan`: its conditions at the first caller count, the
+pooled "every fix" row's at each); its report's seed rows then carry their range over the set (`spread_low`,
+`spread_high`). `--run-preset` runs the same at the preset first (an experiment saved without runs/);
+`--profile` runs it all under another step model, the preset's other parameters unchanged (a prediction,
+not a refit).
 
 `sensitivity`: from the preset (`flatshare.colocation.setup.SEED`), changes one parameter at a time and
 reports the stock baseline's and make-room T=48's voice p95, turns over target and KV share of the wait.
@@ -40,6 +44,10 @@ reports the stock baseline's and make-room T=48's voice p95, turns over target a
     .venv/bin/python tools/seed_fit.py sensitivity --out docs/results/colocation/sensitivity.md
     .venv/bin/python tools/seed_fit.py spread --grid docs/results/colocation/seed-fit-refit-refined.md \
         --experiment out/colocation --seeds 2 --duration 300 --drain 60   (the quick run's near-optimal spread)
+    .venv/bin/python tools/seed_fit.py spread --grid docs/results/colocation/seed-fit-refit-refined.md \
+        --experiment FULL --run-preset --callers 2,4,6 --seeds 5 --duration 600 --workers 1
+        (the full run's, FULL a copy of docs/results/colocation; --profile llama3-8b-24gb-roofline: the
+        roofline model's)
 
 Both write a markdown table (and print it); runs go to a temporary folder.
 """
@@ -47,6 +55,7 @@ Both write a markdown table (and print it); runs go to a temporary folder.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import math
 import random
@@ -62,6 +71,7 @@ from flatshare.colocation.results import ColocationSummary
 from flatshare.colocation.runs import load_runs
 from flatshare.colocation.setup import SEED, Setup
 from flatshare.colocation.summary import summarize
+from flatshare.colocation.table_plan import table_plans
 
 GRID: dict[str, tuple[Any, ...]] = {
     "max_model_len": (16384, 32768),
@@ -127,13 +137,18 @@ def _fitted_cells(summary: ColocationSummary) -> list[str]:
     return [f"{row.get(summary) or 0:.3g}" for row in FITTED_ROWS]
 
 
-def _rank(points: Iterable[tuple[Any, ...]], seeds: int, duration: float, title: str) -> list[str]:
+def _rank(
+    points: Iterable[tuple[Any, ...]], seeds: int, duration: float, title: str, workers: int | None = None
+) -> list[str]:
     names = list(GRID)
     header = [row.row.split(": ", 1)[-1] for row in FITTED_ROWS]
     results = []
     for values in points:
         setup = SEED.with_changes(**dict(zip(names, values, strict=True)))
-        summary, noise = _run_with_noise(fit_plan(setup, seeds, duration))
+        plan = fit_plan(setup, seeds, duration)
+        summary, noise = _run_with_noise(
+            plan if workers is None else dataclasses.replace(plan, workers=workers)
+        )
         results.append((loss(summary), noise, values, _fitted_cells(summary)))
         print(
             f"{loss(summary):8.3f} +- {noise or 0:.3f}  {dict(zip(names, values, strict=True))}", flush=True
@@ -221,10 +236,11 @@ def _unlisted(name: str) -> Any:
     return getattr(Setup(), name)
 
 
-def refine(grid_table: Path, top: int, seeds: int, duration: float) -> list[str]:
-    """Re-run the `top` points of a `fit` table with more seeds and longer runs."""
+def refine(grid_table: Path, top: int, seeds: int, duration: float, workers: int | None = None) -> list[str]:
+    """Re-run the `top` points of a `fit` table with more seeds and longer runs (`workers`: local processes,
+    None: the plan's default)."""
     points = [point for _, _, point in _table_points(grid_table)[:top]]
-    return _rank(points, seeds, duration, f"The {top} best grid points re-run")
+    return _rank(points, seeds, duration, f"The {top} best grid points re-run", workers)
 
 
 def near_optimal(grid_table: Path) -> list[tuple[Any, ...]]:
@@ -238,10 +254,19 @@ def near_optimal(grid_table: Path) -> list[tuple[Any, ...]]:
 
 
 def spread(
-    grid_table: Path, experiment: Path, callers: tuple[int, ...], seeds: int, duration: float, drain: float
+    grid_table: Path,
+    experiment: Path,
+    plan: ColocationPlan,
+    run_preset: bool = False,
 ) -> list[str]:
-    """Run the co-location plan at every near-optimal point but the preset into `experiment/spread/<point>`
-    and rebuild `experiment`'s report, whose seed rows then carry their range over the set."""
+    """Run what the write-up's table reads (`table_plans` of `plan`, whose setup is the preset's, or another
+    step model's profile with the preset's other parameters) at every near-optimal point but the preset into
+    `experiment/spread/<point>`, and rebuild `experiment`'s report, whose seed rows then carry their range over
+    the set. `run_preset`: first run the same at `plan`'s own setup into `experiment` (for an experiment
+    saved without its runs/, such as the committed full run)."""
+    if run_preset:
+        for part in table_plans(plan):
+            run_plan(experiment, part)
     if not (experiment / "runs").is_dir():
         raise SystemExit(f"--experiment: {experiment} has no runs/ (run the preset's experiment there first)")
     names = list(GRID)
@@ -251,14 +276,8 @@ def spread(
     for point in points:
         changes = {n: v for n, v in zip(names, point, strict=True) if getattr(SEED, n) != v}
         label = ",".join(f"{n}={v}" for n, v in changes.items())
-        plan = ColocationPlan(
-            callers=callers,
-            seeds=seeds,
-            duration_s=duration,
-            drain_s=drain,
-            setup=SEED.with_changes(**changes),
-        )
-        run_plan(experiment / SPREAD_FOLDER / label, plan)
+        for part in table_plans(dataclasses.replace(plan, setup=plan.setup.with_changes(**changes))):
+            run_plan(experiment / SPREAD_FOLDER / label, part)
         lines.append(f"- {label}")
     build_report(experiment)
     return lines
@@ -311,11 +330,20 @@ def main() -> None:
     parser.add_argument(
         "--drain", type=float, default=120.0, help="spread: the experiment's drain (quick: 60)"
     )
+    parser.add_argument(
+        "--profile", help="spread: another step model's profile, the preset's other parameters unchanged"
+    )
+    parser.add_argument(
+        "--run-preset",
+        action="store_true",
+        help="spread: first run what the table reads at the preset into --experiment (saved without runs/)",
+    )
     parser.add_argument("--grid", type=Path, help="refine: the table `fit` wrote")
     parser.add_argument("--top", type=int, default=6)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--duration", type=float, default=300.0)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--workers", type=int, help="refine, spread: local processes [one per core, max 2]")
     parser.add_argument(
         "--fix",
         action="append",
@@ -327,12 +355,20 @@ def main() -> None:
     if args.fix and args.mode != "fit":
         parser.error("--fix: only with fit")
     if args.mode == "refine":
-        lines = refine(args.grid, args.top, args.seeds, args.duration)
+        lines = refine(args.grid, args.top, args.seeds, args.duration, args.workers)
     elif args.mode == "spread":
         if args.grid is None or args.experiment is None:
             parser.error("spread: needs --grid (a refine table) and --experiment")
-        counts = tuple(int(c) for c in args.callers.split(","))
-        lines = spread(args.grid, args.experiment, counts, args.seeds, args.duration, args.drain)
+        plan = ColocationPlan(
+            callers=tuple(int(c) for c in args.callers.split(",")),
+            seeds=args.seeds,
+            duration_s=args.duration,
+            drain_s=args.drain,
+            setup=SEED if args.profile is None else SEED.with_changes(profile=args.profile),
+        )
+        if args.workers is not None:
+            plan = dataclasses.replace(plan, workers=args.workers)
+        lines = spread(args.grid, args.experiment, plan, args.run_preset)
     elif args.mode == "fit":
         lines = fit(args.seeds, args.duration, dict(_grid_values(item) for item in args.fix))
     else:

@@ -150,3 +150,39 @@ def test_a_table_without_noise_has_no_near_optimal_set(seed_fit: ModuleType, tmp
     )
     with pytest.raises(SystemExit, match="no noise column"):
         seed_fit.near_optimal(table)
+
+
+def test_spread_runs_only_what_the_table_reads_at_each_point_and_at_the_preset_when_asked(
+    seed_fit: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flatshare.colocation.experiment import ColocationPlan
+    from flatshare.colocation.seed_table import table_reads
+    from flatshare.colocation.setup import SEED
+
+    table = tmp_path / "refined.md"
+    names = " | ".join(seed_fit.GRID)
+    table.write_text(
+        f"| loss | noise | {names} |\n|---|---|\n"
+        "| 0.20 | 0.050 | 16384 | 65536 | False | 0.06 | 6000 | 45056 | 0 |\n"
+        "| 0.25 | 0.050 | 16384 | 65536 | False | 0.06 | 4000 | 45056 | 0 |\n"
+    )
+    runs: dict[Path, list[ColocationPlan]] = {}
+
+    def run_plan(out: Path, plan: ColocationPlan) -> None:
+        runs.setdefault(out, []).append(plan)
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+
+    monkeypatch.setattr(seed_fit, "run_plan", run_plan)
+    monkeypatch.setattr(seed_fit, "build_report", lambda out: None)
+    experiment = tmp_path / "full"
+    roofline = SEED.with_changes(profile="llama3-8b-24gb-roofline")
+    seed_fit.spread(table, experiment, ColocationPlan(seeds=5, setup=roofline), run_preset=True)
+    point = experiment / "spread" / "voice_system_tokens=6000"
+    assert set(runs) == {experiment, point}
+    for plans in runs.values():
+        cells = {(c.key, n) for plan in plans for n in plan.callers for c in plan.conditions}
+        assert {key for key, _ in cells} == set(table_reads())
+        assert len(cells) == 12 and {n for _, n in cells} == {2, 4, 6}  # not the 305-run plan's 61 a seed
+        assert {plan.setup.profile for plan in plans} == {"llama3-8b-24gb-roofline"}
+    assert {plan.setup.voice_system_tokens for plan in runs[point]} == {6000}
+    assert {plan.setup for plan in runs[experiment]} == {roofline}

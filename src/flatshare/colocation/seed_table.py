@@ -25,10 +25,10 @@ each of its figures pools.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from flatshare.colocation.results import ConditionResult, SeedComparisonRow
 
@@ -40,7 +40,25 @@ SHARE_TOLERANCE = 0.10
 FIT_CONDITIONS = ("alone", "vllm-priority")
 """The only conditions the seed fit runs and its loss reads."""
 
-Getter = Callable[["ColocationSummary"], float | None]
+
+@dataclass(frozen=True)
+class Read:
+    """One condition a seed row reads: at the experiment's first (smallest) caller count, or at every caller
+    count it holds (`every_caller_count`). What `flatshare.colocation.table_plan` runs for the table."""
+
+    condition: str
+    every_caller_count: bool = False
+
+
+class Getter(Protocol):
+    """A seed row's figure from a summary (None when the runs lack it), and the conditions it reads."""
+
+    @property
+    def reads(self) -> tuple[Read, ...]: ...
+
+    def __call__(self, s: ColocationSummary, /) -> float | None: ...
+
+
 Format = Literal["g", "pct", "one_in", "x"]  # how a figure is shown: 3 digits, a percentage, 1 in N, a factor
 _FIELDS = {f.name for f in dataclasses.fields(ConditionResult)}
 
@@ -86,6 +104,10 @@ class _Field:
         if self.field not in _FIELDS:
             raise ValueError(f"seed table: {self.field!r} is not a field of ConditionResult")
 
+    @property
+    def reads(self) -> tuple[Read, ...]:
+        return (Read(self.condition),)
+
     def __call__(self, s: ColocationSummary) -> float | None:
         m = s.conditions.get(self.condition)
         return None if m is None else getattr(m, self.field)
@@ -100,34 +122,68 @@ def _m(condition: str, field: str) -> Getter:
     return _Field(condition, field)
 
 
-def _ratio(a: Getter, b: Getter) -> Getter:
-    def get(s: ColocationSummary) -> float | None:
-        x, y = a(s), b(s)
+@dataclass(frozen=True)
+class _Ratio:
+    """One getter's figure over another's."""
+
+    a: Getter
+    b: Getter
+
+    @property
+    def reads(self) -> tuple[Read, ...]:
+        return (*self.a.reads, *self.b.reads)
+
+    def __call__(self, s: ColocationSummary) -> float | None:
+        x, y = self.a(s), self.b(s)
         return None if x is None or not y else x / y
 
-    return get
+
+def _ratio(a: Getter, b: Getter) -> Getter:
+    return _Ratio(a, b)
+
+
+@dataclass(frozen=True)
+class _Nth:
+    """The median time to the `n`th token of a reply of at least `n` tokens (2 callers)."""
+
+    condition: str
+    n: int
+
+    @property
+    def reads(self) -> tuple[Read, ...]:
+        return (Read(self.condition),)
+
+    def __call__(self, s: ColocationSummary) -> float | None:
+        m = s.conditions.get(self.condition)
+        return None if m is None else m.nth_token_median(self.n)
 
 
 def _nth(condition: str, n: int) -> Getter:
-    def get(s: ColocationSummary) -> float | None:
-        m = s.conditions.get(condition)
-        return None if m is None else m.nth_token_median(n)
-
-    return get
+    return _Nth(condition, n)
 
 
-def _pooled_over_target(condition: str) -> Getter:
+@dataclass(frozen=True)
+class _PooledOverTarget:
     """Share of turns over target pooled over every caller count the runs hold (the seed's 16 of 720 pools its
-    rounds at 2, 4 and 6 callers)."""
+    rounds at 2, 4 and 6 callers). Each caller count's target is `alone`'s p95 there, so it reads `alone` at
+    every caller count too."""
 
-    def get(s: ColocationSummary) -> float | None:
-        blocks = [b.conditions.get(condition) for b in s.by_callers.values()]
+    condition: str
+
+    @property
+    def reads(self) -> tuple[Read, ...]:
+        return (Read(self.condition, every_caller_count=True), Read("alone", every_caller_count=True))
+
+    def __call__(self, s: ColocationSummary) -> float | None:
+        blocks = [b.conditions.get(self.condition) for b in s.by_callers.values()]
         found = [b for b in blocks if b is not None and b.n_voice_turns]
         if not found:
             return None
         return sum(b.voice_over_target_turns for b in found) / sum(b.n_voice_turns for b in found)
 
-    return get
+
+def _pooled_over_target(condition: str) -> Getter:
+    return _PooledOverTarget(condition)
 
 
 F, C = RowKind.FITTED, RowKind.CALIBRATED
@@ -218,6 +274,16 @@ SEED_ROWS = (
     ),
 )
 SEED_ROW_BY_NAME = {r.row: r for r in SEED_ROWS}
+
+
+def table_reads(rows: Sequence[SeedRow] = SEED_ROWS) -> dict[str, bool]:
+    """Every condition `rows` read, in the order they first appear, and whether at every caller count (else
+    only at the first)."""
+    out: dict[str, bool] = {}
+    for row in rows:
+        for read in row.get.reads:
+            out[read.condition] = out.get(read.condition, False) or read.every_caller_count
+    return out
 
 
 def _within(row: SeedRow, value: float, seed: float) -> bool:
