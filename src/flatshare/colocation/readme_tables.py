@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from flatshare.colocation.goal import STOCK
 from flatshare.colocation.results import CallerResult, ColocationSummary, ConditionResult
 from flatshare.colocation.seed_markdown import seed_counts_line, seed_table_lines, shown
 from flatshare.colocation.seed_table import SEED_ROW_BY_NAME
@@ -88,7 +89,7 @@ def load_docs_summary(root: Path) -> ColocationSummary:
 
 
 def _stock_figures(block: CallerResult) -> tuple[object, ...]:
-    m = block.conditions.get("vllm-priority")
+    m = block.conditions.get(STOCK)
     return (
         () if m is None else (m.n_voice_turns, m.voice_turn_p95_s, m.voice_turn_p50_s, m.agent_tokens_per_s)
     )

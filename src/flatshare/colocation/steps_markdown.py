@@ -13,18 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from flatshare.colocation.goal import STOCK
 from flatshare.colocation.results import ColocationSummary, ConditionResult
 from flatshare.policy.classes import DEFAULT_PRIORITY
 from flatshare.sim.step_ledger import work_key
 
-STOCK = "vllm-priority"
 HEADER = (
     "| condition | steps | decode-only steps | fixed s | linear s | attention s | busy s | per-step floor s "
     "above stock (share of stock's busy time) | agents' work s | agents' work per 1k of their tokens, s "
     "(vs stock) | agents' rate vs stock |"
 )
 AGENT_WORK = work_key(DEFAULT_PRIORITY["agent"])
-WORK = ("linear_s", "prefill_attention_s", "decode_attention_s", "sync_load_s")
+AGENTS_ALONE = "agents-alone"
 
 
 def _num(ledger: Mapping[str, float | None], key: str) -> float:
@@ -78,9 +78,10 @@ def _row(key: str, m: ConditionResult, stock: ConditionResult) -> str:
 
 
 def _shown(conditions: Mapping[str, ConditionResult]) -> list[str]:
-    keys = [k for k, m in conditions.items() if m.step_ledger and (k.startswith("make-room") or k == STOCK)]
-    keys += [k for k in ("agents-alone",) if k in conditions and conditions[k].step_ledger]
-    return sorted(set(keys), key=lambda k: (k != STOCK, k == "agents-alone", k))
+    """Stock first, make-room's variants by name, then `agents-alone`: those with a ledger."""
+    keys = [k for k, m in conditions.items() if m.step_ledger]
+    keys = [k for k in keys if k in (STOCK, AGENTS_ALONE) or k.startswith("make-room")]
+    return sorted(keys, key=lambda k: (k != STOCK, k == AGENTS_ALONE, k))
 
 
 def steps_lines(summary: ColocationSummary) -> list[str]:

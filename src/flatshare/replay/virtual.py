@@ -66,7 +66,8 @@ class VirtualRun:
     """Where the engines' time went over the run's duration (`flatshare.sim.step_ledger`), summed."""
 
     def totals(self) -> dict[str, Any]:
-        """`preemptions`, `steps`, `virtual_s`, `scheduler_counters`: the engine facts a run folder keeps."""
+        """`preemptions`, `steps`, `virtual_s`, `scheduler_counters`, `step_ledger`: the engine facts a run
+        folder keeps."""
         return {
             "preemptions": self.preemptions,
             "steps": self.steps,
@@ -169,9 +170,9 @@ def run_virtual(
     hint_lead_s: float | None = None,
 ) -> VirtualRun:
     """Replay `workload` on `engines` in virtual time; no request is issued after `until_s` (the window of
-    the engines' step ledgers too), and no engine steps past `stop_s` (requests unfinished then are recorded as failed: "run ended"). `gate`: a
-    gateway-side baseline between the sessions and the engines; `hint_lead_s`: send arrival hints
-    (module docstring; not with a gate)."""
+    the engines' step ledgers too), and no engine steps past `stop_s` (requests unfinished then are
+    recorded as failed: "run ended"). `gate`: a gateway-side baseline between the sessions and the engines;
+    `hint_lead_s`: send arrival hints (module docstring; not with a gate)."""
     if hint_lead_s is not None and (gate is not None or hint_lead_s < 0):
         raise ValueError("hint_lead_s must be >= 0, and hints are not sent through a gate")
     edge: Edge = GateDriver(gate, engines) if gate is not None else DirectEdge(engines)

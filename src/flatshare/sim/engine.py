@@ -246,8 +246,9 @@ class SimEngine:
         work, model_output = self._execute(output)
         start, forward, model_output.kv_connector_output = self._worker_begin(output)
         end = forward + self.profile.step_time(work)
-        priorities = [self.scheduler.requests[r].priority for r in output.num_scheduled_tokens]
-        self.ledger.add(start, work, priorities, forward - start)
+        if self.ledger.counts(start):
+            priorities = [self.scheduler.requests[r].priority for r in output.num_scheduled_tokens]
+            self.ledger.add(start, work, priorities, forward - start)
         if self._worker is not None:
             self._worker.end_step(output.kv_connector_metadata, end)
         report = StepReport(

@@ -182,15 +182,21 @@ class StepTimeProfile:
         for item in work:
             if item.is_decode:
                 decode += item.tokens
-                decode_attn += self.decode_ctx_token_s * item.context
+                decode_attn += self.attention_s(item)
             else:
                 prefill += item.tokens
-                prefill_attn += self.prefill_attn_pair_s * item.tokens * (item.context + item.tokens / 2)
+                prefill_attn += self.attention_s(item)
         if self.linear is None:
             linear = self.prefill_token_s * prefill + self.decode_token_s * decode
         else:
             linear = self.linear.time_s(prefill + decode)
         return StepParts(linear, prefill_attn, decode_attn, self.step_fixed_s)
+
+    def attention_s(self, item: ScheduledWork) -> float:
+        """One request's attention in a step: the KV its decode reads, or its prefill chunk's pairs."""
+        if item.is_decode:
+            return self.decode_ctx_token_s * item.context
+        return self.prefill_attn_pair_s * item.tokens * (item.context + item.tokens / 2)
 
     def load_time(self, tokens: int) -> float:
         """Seconds to bring `tokens` tokens of KV from the CPU tier to the GPU."""

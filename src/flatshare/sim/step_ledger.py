@@ -66,12 +66,16 @@ class StepLedger:
     def __post_init__(self) -> None:
         self._floor = floor_step_s(self.profile)
 
+    def counts(self, start_s: float) -> bool:
+        """Whether a step starting at `start_s` lies in the window (`add` ignores the others)."""
+        return self.until_s is None or start_s < self.until_s
+
     def add(
         self, start_s: float, work: Sequence[ScheduledWork], priorities: Sequence[int], sync_load_s: float
     ) -> None:
         """Count one launched step that starts at `start_s` (ignored at or after `until_s`); `priorities[i]`
         is the priority of the request `work[i]` served."""
-        if self.until_s is not None and start_s >= self.until_s:
+        if not self.counts(start_s):
             return
         if len(priorities) != len(work):
             raise ValueError("one priority per scheduled request")
@@ -88,7 +92,7 @@ class StepLedger:
             self.decode_only_s += parts.total_s + sync_load_s
         tokens = sum(item.tokens for item in work)
         for item, priority in zip(work, priorities, strict=True):
-            own = self.profile.step_parts([item]).attention_s + parts.linear_s * item.tokens / tokens
+            own = self.profile.attention_s(item) + parts.linear_s * item.tokens / tokens
             self.work_by_priority[priority] = self.work_by_priority.get(priority, 0.0) + own
 
     @property
