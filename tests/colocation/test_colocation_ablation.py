@@ -7,6 +7,7 @@ import pytest
 from flatshare.colocation.ablation import EDGES, PARENT, ablation_rows, below
 from flatshare.colocation.ablation_markdown import ablation_lines
 from flatshare.colocation.experiment import (
+    AT_RISK_CONDITIONS,
     BASELINE_CONDITIONS,
     MAIN_CONDITIONS,
     MECHANISM_CONDITIONS,
@@ -45,6 +46,7 @@ def test_every_make_room_condition_of_the_experiment_has_a_variant_below_it() ->
         + MECHANISM_CONDITIONS
         + RIDE_CONDITIONS
         + PROTECTED_KV_CONDITIONS
+        + AT_RISK_CONDITIONS
         + SWEEP_CONDITIONS
         + BASELINE_CONDITIONS
     )

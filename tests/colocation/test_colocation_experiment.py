@@ -254,5 +254,8 @@ def test_the_protected_kv_conditions_set_the_connector_and_are_picked_by_name() 
     assert config.cpu_tier_connector == {"flatshare_protected": {"sync_load": True, "keep_in_tier": True}}
     assert "pin_share" not in stacked.additional_config["make_room"]  # type: ignore[index]
     assert not {c.key for c in PROTECTED_KV_CONDITIONS} & {c.key for c in ColocationPlan().conditions}
+    due = pick_conditions("make-room-t48-syncload-tierkeep-tail-hint-sentence-due550")[0]
+    assert due.additional_config["make_room"]["hold_deadline_s"] == 0.55  # type: ignore[index]
+    assert engine_config(due, SEED).cpu_tier_connector == config.cpu_tier_connector
     stock = next(c for c in MAIN_CONDITIONS if c.key == "make-room-t48")
     assert "cpu_tier_connector" not in engine_config(stock, SEED).to_json()

@@ -514,7 +514,7 @@ def test_make_room_invariants(scenario: Scenario, tmp_path_factory: pytest.TempP
 @st.composite
 def mechanism_scenarios(draw: st.DrawFn) -> Scenario:
     """`scenarios()` with issue 34's mechanisms always on (the pin, tails, hints before every protected
-    request, first-sentence windows) and the CPU tier more often, so that each path is drawn often: in
+    request, first-sentence windows; holding only while at risk, drawn) and the CPU tier more often, so that each path is drawn often: in
     `scenarios()` they are one setting among many."""
     base = draw(scenarios())
     protected = [r for r in base.requests if r.priority == 0]
@@ -531,6 +531,8 @@ def mechanism_scenarios(draw: st.DrawFn) -> Scenario:
         "sentence_end_token_ids": [SENTENCE_END_TOKEN],
         "hold_ride_tokens": draw(st.sampled_from([0, 16, 256])),
     }
+    if make_room.get("window_tokens", 48):  # holding only while at risk needs a window
+        make_room["hold_deadline_s"] = draw(st.sampled_from([0.0, 0.05, 1.0]))
     if make_room["hold_ride_tokens"]:
         make_room["hold_ride_max_context"] = draw(st.sampled_from([0, 512]))
         make_room["hold_ride_waiting"] = draw(st.booleans())

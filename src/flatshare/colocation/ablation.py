@@ -72,6 +72,20 @@ EDGES = (
         "make-room-t48-syncload-tierkeep",
         "small tails recomputed, and arrival hints",
     ),
+    # Holding only while at risk (`hold_deadline_s`), over the connector stack ending at the first sentence.
+    Edge(
+        "make-room-t48-syncload-tierkeep-tail-hint-sentence",
+        "make-room-t48-syncload-tierkeep-tail-hint",
+        "the hold ends at the first sentence",
+    ),
+    *(
+        Edge(
+            f"make-room-t48-syncload-tierkeep-tail-hint-sentence-due{due}",
+            "make-room-t48-syncload-tierkeep-tail-hint-sentence",
+            f"a decoding reply is held only while at risk of its first sentence later than {due / 1000:.2f} s",
+        )
+        for due in (450, 550, 650)
+    ),
     # The ride (`hold_ride_*`), over T=48 and over the pin stack.
     *(
         Edge(f"{base}-{ride}", base, f"held agent prefill rides, {adds}")

@@ -163,6 +163,30 @@ PROTECTED_KV_CONDITIONS = (
         cpu_tier_connector=SYNC_KEEP,
     ),
 )
+# Holding only while at risk (`hold_deadline_s`, docs/make-room.md): the connector stack with the window
+# ending at the first sentence, then with the hold of a decoding reply dropped while its first sentence is
+# due before the deadline (seconds after the request reaches vLLM; the voice target's engine share is about
+# 0.65 s on the write-up preset: a 1.96 s target less the 1.25 s pipeline and the 0.06 s API pass).
+STACK_SENTENCE = {**TAIL, **HINT, **SENTENCE}
+AT_RISK_CONDITIONS = (
+    Condition(
+        "make-room-t48-syncload-tierkeep-tail-hint-sentence",
+        "make-room",
+        additional_config=_mr(48, **STACK_SENTENCE),
+        hint_lead_s=HINT_LEAD_S,
+        cpu_tier_connector=SYNC_KEEP,
+    ),
+    *(
+        Condition(
+            f"make-room-t48-syncload-tierkeep-tail-hint-sentence-due{round(due * 1000)}",
+            "make-room",
+            additional_config=_mr(48, **STACK_SENTENCE, hold_deadline_s=due),
+            hint_lead_s=HINT_LEAD_S,
+            cpu_tier_connector=SYNC_KEEP,
+        )
+        for due in (0.45, 0.55, 0.65)
+    ),
+)
 SWEEP_CONDITIONS = tuple(
     Condition(f"make-room-t{t}", "make-room", additional_config=_mr(t), window_tokens=t)
     for t in (8, 24, 32, 64)
@@ -248,6 +272,7 @@ def pick_conditions(keys: str) -> tuple[Condition, ...]:
         + BASELINE_CONDITIONS
         + BASELINE_SWEEP
         + PROTECTED_KV_CONDITIONS
+        + AT_RISK_CONDITIONS
     )
     wanted = [k.strip() for k in keys.split(",") if k.strip()]
     unknown = sorted(set(wanted) - {c.key for c in every})

@@ -47,6 +47,12 @@ class MakeRoomConfig:
     `hint_window_s`: an arrival hint (a protected request whose `SamplingParams.extra_args` carry
     `{"flatshare_hint": "turn"}`, `hint.py`) holds lower-priority prefill for at most this many seconds,
     or until a protected request arrives. 0 turns hints off (a hint is then an ordinary tiny request).
+    `hold_deadline_s`: hold only while at risk (`pace.py`): a protected reply's first sentence is due
+    this many seconds after the request arrived, and once it decodes, a step holds lower priorities for
+    it only when, at the step durations make-room has measured, letting them in would make it late (its
+    expected first-sentence length learnt from the sentences seen to close: give
+    `sentence_end_token_ids`, else the whole window counts). Before its first token it is always
+    held. 0 holds every step of the window.
     `sentence_end_token_ids`: token ids that end a sentence in the served model's vocabulary (".", "!",
     "?" and their variants); when given, a protected request's window also closes once it has sampled one,
     so the hold lasts the reply's first sentence, at most T tokens. Empty: the window is T tokens.
@@ -76,6 +82,7 @@ class MakeRoomConfig:
     pin_yields_to: str = "all"
     recompute_tail_tokens: int = 0
     hint_window_s: float = 0.0
+    hold_deadline_s: float = 0.0
     sentence_end_token_ids: tuple[int, ...] = ()
     hold_ride_tokens: int = 0
     hold_ride_max_context: int = 0
@@ -107,7 +114,7 @@ class MakeRoomConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise MakeRoomConfigError(f"make_room.{name} must be an integer >= {minimum}, got {value!r}")
-        for name, high in (("pin_share", 0.5), ("hint_window_s", 10.0)):
+        for name, high in (("pin_share", 0.5), ("hint_window_s", 10.0), ("hold_deadline_s", 60.0)):
             value = getattr(self, name)
             ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= high
             if not ok:
@@ -124,6 +131,8 @@ class MakeRoomConfig:
             raise MakeRoomConfigError(
                 f"make_room.pin_yields_to must be one of {PIN_YIELDS}, got {self.pin_yields_to!r}"
             )
+        if self.hold_deadline_s and not self.window_tokens:
+            raise MakeRoomConfigError("make_room.hold_deadline_s needs make_room.window_tokens > 0")
         for name in ("hold_ride_max_context", "hold_ride_waiting"):
             if getattr(self, name) and not self.hold_ride_tokens:
                 raise MakeRoomConfigError(f"make_room.{name} needs make_room.hold_ride_tokens > 0")

@@ -44,6 +44,9 @@ HELP = {
     "next_step_admissions": "Victims preempted now for a request admitted in the next step (blocks in flight)",
     "stayed_out_unpredictable": "Times make-room stayed out: vLLM's admission of the request is unpredictable",
     "early_promotions": "Requests promoted (finished KV load, compiled grammar) before make-room counted them",
+    "ahead_releases": (
+        "Steps let go by hold_deadline_s: every protected reply in its window was ahead of its deadline"
+    ),
 }
 
 

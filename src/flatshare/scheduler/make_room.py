@@ -113,6 +113,7 @@ class MakeRoomMixin(MechanismsMixin):
         self._mispredicted: set[str] = set()
         self._deferrals: dict[str, int] = {}  # consecutive connector deferrals of a request acted for
         self._parked: RequestQueue | None = None
+        self._now: float | None = None  # the step's time, read only with `hold_deadline_s`
         self.init_mechanisms()
 
     def add_request(self, request: Request) -> None:
@@ -138,6 +139,7 @@ class MakeRoomMixin(MechanismsMixin):
         trace, self._pending_trace = self._pending_trace, {}
         self._pin_refused = False
         throttle = bool(kwargs.get("throttle_prefills", args[0] if args else False))
+        self._now = self._pace_step()
         plan = self._plan(trace, vllm_view.prefills_deferred(self, throttle))
         self._preempt(plan.victims)
         self._hold_threshold = plan.threshold
@@ -163,9 +165,9 @@ class MakeRoomMixin(MechanismsMixin):
             self._hold_threshold = None
             self._unpark_queue()
         self._count_ride(output.num_scheduled_tokens, trace)
-        self._after_step(
-            plan, output, bool(held) or self._held_waiting > 0 or "riders" in trace, deferred, trace
-        )
+        did_hold = bool(held) or self._held_waiting > 0 or "riders" in trace
+        self._pace_scheduled(did_hold, output.num_scheduled_tokens, trace)
+        self._after_step(plan, output, did_hold, deferred, trace)
         self._trace.write(self.current_step, trace)
         return output
 
@@ -290,11 +292,16 @@ class MakeRoomMixin(MechanismsMixin):
         config = self.make_room
         if config.window_tokens <= 0:
             return None
-        protect, window, threshold = config.protect_priority, config.window_tokens, None
+        protect, window, threshold, now = config.protect_priority, config.window_tokens, None, self._now
         for r in self.running:
             p = r.priority
             in_window = p <= protect and r.num_output_tokens < window
-            if in_window and (threshold is None or p < threshold) and not self._sentence_done(r):
+            if (
+                in_window
+                and (threshold is None or p < threshold)
+                and not self._sentence_done(r)
+                and self._needs_hold(r, now)
+            ):
                 threshold = p
         return threshold
 

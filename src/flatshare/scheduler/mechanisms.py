@@ -17,9 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.request import Request
 
-from flatshare.scheduler import pin, policy, ride, vllm_view
+from flatshare.scheduler import pace, pin, policy, ride, vllm_view
 from flatshare.scheduler.base import FlatshareScheduler
 from flatshare.scheduler.config import MakeRoomConfig
 from flatshare.scheduler.hint import HintWindows, is_turn_hint, request_extra_args
@@ -43,6 +44,7 @@ class MechanismCounters:
     sentence_windows_closed: int = 0
     ride_steps: int = 0
     ride_tokens: int = 0
+    ahead_releases: int = 0
 
 
 class MechanismsMixin(FlatshareScheduler):
@@ -69,6 +71,11 @@ class MechanismsMixin(FlatshareScheduler):
         self._ride_caps: dict[str, int] = {}  # this step's riders and their chunk caps (`ride.py`)
         self._waiting_riders = False  # some of them wait: the held queue is not set aside
         self.clock: Callable[[], float] = time.time  # vLLM's clock for `Request.arrival_time`
+        self._pace: pace.StepPace | None = None  # `hold_deadline_s` (`pace.py`)
+        if self.make_room.hold_deadline_s > 0:
+            self._pace = pace.StepPace(lag=1 if isinstance(self, AsyncScheduler) else 0)
+        self._sentence_lengths = pace.SentenceLengths(max(self.make_room.window_tokens, 1))
+        self._ahead: list[str] = []  # this step's protected replies in window, ahead of their deadline
 
     def use_clock(self, clock: Callable[[], float]) -> None:
         """Read the time from `clock` (the simulator's virtual clock) for the hint windows."""
@@ -148,11 +155,49 @@ class MechanismsMixin(FlatshareScheduler):
             return False
         if request.request_id in self._sentences_done:
             return True
-        if any(t in ends for t in request.output_token_ids):
+        outputs = request.output_token_ids
+        end = next((i for i, t in enumerate(outputs) if t in ends), None)
+        if end is not None:
             self._sentences_done.add(request.request_id)
             self.make_room_stats.sentence_windows_closed += 1
+            self._sentence_lengths.add(end + 1)
             return True
         return False
+
+    def _needs_hold(self, request: Request, now: float | None) -> bool:
+        """Whether a protected request inside its window needs this step held (`pace.py`): always before
+        its first token and without `hold_deadline_s` (`now` None); in decode, only when letting
+        lower-priority prefill in would make its first sentence late at the measured pace."""
+        paces = self._pace
+        if now is None or paces is None or request.num_output_tokens == 0 or vllm_view.is_prefill(request):
+            return True
+        tokens_left = self._sentence_lengths.tokens_left(request.num_output_tokens)
+        elapsed = now - request.arrival_time
+        if pace.at_risk(elapsed, self.make_room.hold_deadline_s, tokens_left, paces.held_s, paces.free_s):
+            return True
+        self._ahead.append(request.request_id)
+        return False
+
+    def _pace_step(self) -> float | None:
+        """A step is being scheduled: the pace is credited with the last interval; returns the time (None
+        without `hold_deadline_s`)."""
+        self._ahead = []
+        if self._pace is None:
+            return None
+        now = self.clock()
+        self._pace.step(now)
+        return now
+
+    def _pace_scheduled(self, held: bool, scheduled: dict[str, int], trace: dict[str, Any]) -> None:
+        """After the step (`scheduled`: its tokens per request): its kind for the pace, and the windows
+        released as ahead of their deadline. A request given more than one token carries a prefill chunk
+        (or draft tokens: counted as a chunk)."""
+        if self._pace is None:
+            return
+        self._pace.scheduled(held, any(n > 1 for n in scheduled.values()), not scheduled)
+        if self._ahead and not held:
+            self.make_room_stats.ahead_releases += 1
+            trace["ahead"] = sorted(set(self._ahead))
 
     def _with_hints(self, threshold: int | None, trace: dict[str, Any]) -> int | None:
         """The hold threshold with the open arrival hints' (expired ones dropped first)."""

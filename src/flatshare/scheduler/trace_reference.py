@@ -31,6 +31,7 @@ EVENTS = {
     "hint": "an arrival hint (`hint_window_s`) opened, was fulfilled or expired.",
     "tail": "a small protected CPU-tier hit was recomputed (`recompute_tail_tokens`).",
     "ride": "held prefill rode in a held step (`hold_ride_tokens`).",
+    "pace": "protected replies ahead of their deadline let lower-priority work into the step (`hold_deadline_s`).",
 }
 
 FIELDS: dict[str, TraceField] = {
@@ -120,6 +121,12 @@ FIELDS: dict[str, TraceField] = {
         "object",
         "ride",
         "lower-priority request id -> prefill tokens it got in the held step (at most the ride)",
+    ),
+    "ahead": TraceField(
+        "list",
+        "pace",
+        "protected requests inside their window whose step was not held: at the measured pace their first "
+        "sentence is due before `hold_deadline_s` even with this step given to lower priorities",
     ),
 }
 
