@@ -7,8 +7,8 @@ their number of tests, which put the docs tests' unit first and started the vLLM
 other modules fill in as a worker frees up.
 
 Lanes, balanced by a run with one vLLM unit (seconds, two workers, load average 7-12): `vllm-a` the
-fidelity test (278 setup), make-room's memory and seat servers (182 + 99), the shared server's modules
-(about 110); `vllm-b` the pin server (152), the co-location real runs (158 + 104), the operator journey
+fidelity test (278 setup), make-room's memory and seat servers (182 + 99), its at-risk server (added
+later, not in this balance), the shared server's modules (about 110); `vllm-b` the pin server (152), the co-location real runs (158 + 104), the operator journey
 (111), the keyed, sage and tiny-model modules (62 + 36 + 15). One lane alone was the whole run's length
 (22:10 of 22:10, the other worker done long before). With the two lanes at load average 4-11: 1561
 passed in 22:33, no faster on that loaded machine (each server test 10-60% slower beside the other
@@ -33,6 +33,7 @@ VLLM_LANES: dict[str, frozenset[str]] = {
         {
             "tests/fidelity/test_fidelity_server.py",
             "tests/scheduler/test_make_room_server.py",
+            "tests/scheduler/test_make_room_pace_server.py",
             "tests/gateway/test_gateway_vllm.py",  # the shared server's three modules
             "tests/replay/test_replay_vllm_server.py",
             "tests/testing/test_vllm_server.py",
