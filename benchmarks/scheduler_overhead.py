@@ -48,6 +48,11 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             }
         },
     ),
+    # Holding only while at risk: the pace is read and updated every step, each window's risk judged.
+    "make-room + at risk (0.55 s)": (
+        "make-room",
+        {"make_room": {"enabled": True, "window_tokens": 48, "hold_deadline_s": 0.55}},
+    ),
 }
 
 
