@@ -17,6 +17,7 @@ from flatshare.cli import (  # noqa: F401  (registers the commands)
     listen,
     records,
     replay,
+    sentence,
     sim,
     steptime,
     warmup,
