@@ -258,15 +258,17 @@ def spread(
     experiment: Path,
     plan: ColocationPlan,
     run_preset: bool = False,
+    resume: bool = False,
 ) -> list[str]:
     """Run what the write-up's table reads (`table_plans` of `plan`, whose setup is the preset's, or another
     step model's profile with the preset's other parameters) at every near-optimal point but the preset into
     `experiment/spread/<point>`, and rebuild `experiment`'s report, whose seed rows then carry their range over
     the set. `run_preset`: first run the same at `plan`'s own setup into `experiment` (for an experiment
-    saved without its runs/, such as the committed full run)."""
+    saved without its runs/, such as the committed full run). `resume`: keep the runs the same plan already
+    saved there (an interrupted spread) and run only the rest."""
     if run_preset:
         for part in table_plans(plan):
-            run_plan(experiment, part)
+            run_plan(experiment, part, resume=resume)
     if not (experiment / "runs").is_dir():
         raise SystemExit(f"--experiment: {experiment} has no runs/ (run the preset's experiment there first)")
     names = list(GRID)
@@ -277,7 +279,7 @@ def spread(
         changes = {n: v for n, v in zip(names, point, strict=True) if getattr(SEED, n) != v}
         label = ",".join(f"{n}={v}" for n, v in changes.items())
         for part in table_plans(dataclasses.replace(plan, setup=plan.setup.with_changes(**changes))):
-            run_plan(experiment / SPREAD_FOLDER / label, part)
+            run_plan(experiment / SPREAD_FOLDER / label, part, resume=resume)
         lines.append(f"- {label}")
     build_report(experiment)
     return lines
@@ -338,6 +340,11 @@ def main() -> None:
         action="store_true",
         help="spread: first run what the table reads at the preset into --experiment (saved without runs/)",
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="spread: keep the runs the same plan already saved (an interrupted spread), run the rest",
+    )
     parser.add_argument("--grid", type=Path, help="refine: the table `fit` wrote")
     parser.add_argument("--top", type=int, default=6)
     parser.add_argument("--seeds", type=int, default=2)
@@ -368,7 +375,7 @@ def main() -> None:
         )
         if args.workers is not None:
             plan = dataclasses.replace(plan, workers=args.workers)
-        lines = spread(args.grid, args.experiment, plan, args.run_preset)
+        lines = spread(args.grid, args.experiment, plan, args.run_preset, args.resume)
     elif args.mode == "fit":
         lines = fit(args.seeds, args.duration, dict(_grid_values(item) for item in args.fix))
     else:

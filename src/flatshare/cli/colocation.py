@@ -129,6 +129,13 @@ def experiment_colocation(
     dry_run: Annotated[
         bool, typer.Option(help="--engine vllm: print the plan and the servers it would start; run nothing.")
     ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            help="Keep the runs this same plan already saved under --out (an interrupted run) and run "
+            "only the rest; a run saved there by another plan is an error."
+        ),
+    ] = False,
     workers: WorkersOption = 0,
     executor: ExecutorOption = "local",
     ray_address: RayAddressOption = None,
@@ -139,7 +146,7 @@ def experiment_colocation(
     setup of the write-up, the first source document (`flatshare.colocation.setup.SEED`), unless an option
     changes it; on the simulated engine, or with `--engine vllm` on real vLLM servers (docs/gpu.md)."""
     from flatshare.colocation.command import SetupChanges, colocation_plan, colocation_setup, quick_scale
-    from flatshare.colocation.experiment import run_plan
+    from flatshare.colocation.experiment import pending_jobs, run_plan
     from flatshare.colocation.gateways import gateway_spec
     from flatshare.colocation.report import build_report
     from flatshare.colocation.servers import real_engine, serve_spec
@@ -187,12 +194,15 @@ def experiment_colocation(
                 _print_real_plan(plan, specs, fronts)
                 return
         pool = make_executor(executor, 1 if real and executor == "local" else workers, ray_address, resources)
+        jobs = pending_jobs(out, plan, resume)
     except InputError as exc:
         fail(str(exc))
     except ValueError as exc:
         fail(f"experiment colocation: {exc}")
     enginelog.log_to(out)
-    total = len(list(plan.jobs()))
+    total = len(jobs)
+    if resume:
+        typer.echo(f"resuming: {len(list(plan.jobs())) - total} runs already saved, {total} to run")
     done = [0]
     failed: JobsFailed | None = None
 
@@ -203,7 +213,7 @@ def experiment_colocation(
             advance(done[0], total)
 
         try:
-            run_plan(out, plan, on_done=one_done, executor=pool)
+            run_plan(out, plan, on_done=one_done, executor=pool, resume=resume)
         except JobsFailed as exc:
             failed = exc
     if failed is not None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from flatshare.colocation.resume import is_saved, plan_facts
 from flatshare.colocation.runs import run_dir, save_run
 from flatshare.colocation.setup import SEED, Setup
 from flatshare.lab.executors import Executor, LocalExecutor, OnDone, default_workers
@@ -412,11 +413,10 @@ def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: Colo
     facts = {
         "engine": {"kind": "sim", "profile": engine.profile.name, "scale": plan.setup.scale},
         "engine_config": engine.config.to_json(),
-        "setup": plan.setup.to_json(),
         "api_latency_s": engine.profile.api_latency_s,
         "spec": str(spec),
-        "duration_s": plan.duration_s,
         "seed": seed,
+        **plan_facts(plan),
     }
     if condition.hint_lead_s is not None:
         facts["hint_lead_s"] = condition.hint_lead_s
@@ -449,15 +449,29 @@ def run_job(out: Path, plan: ColocationPlan, job: Job[ColocationJob]) -> str:
     return run_one(out, job.params.condition, job.params.callers, job.seed, plan)
 
 
+def pending_jobs(out: Path, plan: ColocationPlan, resume: bool = False) -> list[Job[ColocationJob]]:
+    """The plan's jobs left to run into `out`: every one, or with `resume` those whose run the same plan
+    has not saved there yet (`flatshare.colocation.resume`; InputError for a run of another plan)."""
+    jobs = plan_jobs(plan)
+    if not resume:
+        return jobs
+    return [j for j in jobs if not is_saved(out, plan, j.params.condition.key, j.params.callers, j.seed)]
+
+
 def run_plan(
-    out: Path, plan: ColocationPlan, on_done: OnDone | None = None, executor: Executor | None = None
+    out: Path,
+    plan: ColocationPlan,
+    on_done: OnDone | None = None,
+    executor: Executor | None = None,
+    resume: bool = False,
 ) -> None:
     """Run every job of the plan and save each run; `executor` defaults to `plan.workers` local processes.
+    `resume`: keep the runs the same plan already saved in `out` and run only the rest (`pending_jobs`).
 
     Every job runs even when some fail; then `JobsFailed` names the failed ones (condition and seed).
     """
     pool = executor if executor is not None else LocalExecutor(plan.workers)
     fn = functools.partial(run_job, out.resolve(), plan)
-    failures = pool.run(plan_jobs(plan), fn, on_done)
+    failures = pool.run(pending_jobs(out, plan, resume), fn, on_done)
     if failures:
         raise JobsFailed(failures)

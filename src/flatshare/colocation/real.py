@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from flatshare.colocation.gateways import gate_counters, gateway_spec
+from flatshare.colocation.resume import plan_facts
 from flatshare.colocation.runs import FACTS, run_dir
 from flatshare.colocation.servers import SERVED_NAME, RealEngine, serve_spec
 from flatshare.policy.classes import AGENT_PRIORITY, VOICE_PRIORITY
@@ -205,10 +206,9 @@ def run_real_one(
             "engine_config": engine_config(condition, plan.setup).to_json(),
             "server_args": list(spec.args),
             "startup_s": round(server.startup_s or 0.0, 3),
-            "setup": plan.setup.to_json(),
             "spec": str(workload_spec),
-            "duration_s": plan.duration_s,
             "seed": seed,
+            **plan_facts(plan),
             "preemptions": max(preemptions, last),
             "scheduler_counters": {},
             "replay_stats": ledger.stats.to_json(),
