@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -72,6 +73,11 @@ def test_the_token_budget_alone_never_triggers_it() -> None:
     # a full batch (memory or seats), so nothing is preempted.
     running = [RunningView("a", 20, 0.0, (0,), step_tokens=5)]
     choice = choose(_need(1, free=10), running, 0, 0, {0: 1})
+    assert choice.fits and choice.victims == ()
+    # as vLLM's view counts a step (`vllm_view.waiting_need`): the input budget is max_num_batched_tokens
+    # too, and the running requests take all of it
+    need = dataclasses.replace(_need(1, free=10), token_budget=512, input_budget=512)
+    choice = choose(need, [RunningView("a", 20, 0.0, (0,), step_tokens=512)], 0, 0, {0: 1})
     assert choice.fits and choice.victims == ()
 
 

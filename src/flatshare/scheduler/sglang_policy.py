@@ -50,8 +50,9 @@ def choose(
     ref_counts: dict[int, int],
 ) -> SglangChoice:
     """SGLang's victims for a waiting request that vLLM would not admit for memory or seats; none when it
-    already fits (on memory and seats: the step's token budget is not SGLang's trigger)."""
-    need = replace(admission, token_budget=UNBOUNDED_BUDGET)
+    already fits (on memory and seats: the step's token budget is not SGLang's trigger, neither the token
+    budget nor the input budget that vLLM's view sets to `max_num_batched_tokens`)."""
+    need = replace(admission, token_budget=UNBOUNDED_BUDGET, input_budget=UNBOUNDED_BUDGET)
     if policy.fits(need, running, (), ref_counts):
         return SglangChoice((), fits=True)
     seats = need.seats_free <= 0
