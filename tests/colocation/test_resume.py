@@ -56,8 +56,8 @@ def test_every_run_records_the_plan_facts_a_resume_checks(tmp_path: Path) -> Non
     run_plan(tmp_path, plan)
     facts = json.loads((tmp_path / "runs" / "alone" / "c1" / "s0" / "engine.json").read_text())
     assert (facts["duration_s"], facts["drain_s"], facts["agents"]) == (40.0, 20.0, 2)
-    assert is_saved(tmp_path, plan, "alone", 1, 0)
-    assert not is_saved(tmp_path, plan, "alone", 1, 7)
+    assert is_saved(tmp_path, plan.run_facts(), "alone", 1, 0)
+    assert not is_saved(tmp_path, plan.run_facts(), "alone", 1, 7)
     assert pending_jobs(tmp_path, plan, resume=True) == []
     assert len(pending_jobs(tmp_path, plan)) == 4
 
@@ -92,4 +92,4 @@ def test_a_run_saved_before_plans_were_recorded_cannot_be_resumed_into(tmp_path:
     del facts["drain_s"]
     path.write_text(json.dumps(facts))
     with pytest.raises(InputError, match="saved without `drain_s`"):
-        is_saved(tmp_path, plan, "alone", 1, 0)
+        is_saved(tmp_path, plan.run_facts(), "alone", 1, 0)

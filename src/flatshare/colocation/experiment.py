@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flatshare.colocation.resume import is_saved, plan_facts
+from flatshare.colocation.resume import is_saved
 from flatshare.colocation.runs import run_dir, save_run
 from flatshare.colocation.setup import SEED, Setup
 from flatshare.lab.executors import Executor, LocalExecutor, OnDone, default_workers
@@ -255,6 +255,16 @@ class ColocationPlan:
         if not self.duration_s > 0 or not self.drain_s >= 0:
             raise ValueError("duration must be > 0 and drain >= 0")
 
+    def run_facts(self) -> dict[str, Any]:
+        """The plan's facts that every run saves in its `engine.json` and a resumed plan must match
+        (`flatshare.colocation.resume`)."""
+        return {
+            "setup": self.setup.to_json(),
+            "duration_s": self.duration_s,
+            "drain_s": self.drain_s,
+            "agents": self.agents,
+        }
+
     def jobs(self) -> Iterator[tuple[Condition, int, int]]:
         for callers in self.callers:
             for seed in range(self.seeds):
@@ -416,7 +426,7 @@ def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: Colo
         "api_latency_s": engine.profile.api_latency_s,
         "spec": str(spec),
         "seed": seed,
-        **plan_facts(plan),
+        **plan.run_facts(),
     }
     if condition.hint_lead_s is not None:
         facts["hint_lead_s"] = condition.hint_lead_s
@@ -455,7 +465,8 @@ def pending_jobs(out: Path, plan: ColocationPlan, resume: bool = False) -> list[
     jobs = plan_jobs(plan)
     if not resume:
         return jobs
-    return [j for j in jobs if not is_saved(out, plan, j.params.condition.key, j.params.callers, j.seed)]
+    facts = plan.run_facts()
+    return [j for j in jobs if not is_saved(out, facts, j.params.condition.key, j.params.callers, j.seed)]
 
 
 def run_plan(

@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from flatshare.colocation.gateways import gate_counters, gateway_spec
-from flatshare.colocation.resume import plan_facts
 from flatshare.colocation.runs import FACTS, run_dir
 from flatshare.colocation.servers import SERVED_NAME, RealEngine, serve_spec
 from flatshare.policy.classes import AGENT_PRIORITY, VOICE_PRIORITY
@@ -208,7 +207,7 @@ def run_real_one(
             "startup_s": round(server.startup_s or 0.0, 3),
             "spec": str(workload_spec),
             "seed": seed,
-            **plan_facts(plan),
+            **plan.run_facts(),
             "preemptions": max(preemptions, last),
             "scheduler_counters": {},
             "replay_stats": ledger.stats.to_json(),

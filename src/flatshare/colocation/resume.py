@@ -2,8 +2,8 @@
 
 A full co-location plan is hundreds of runs (hours on a laptop). Each run's folder is written atomically
 (`flatshare.runfiles.files.atomic_folder`), so a folder that exists is whole. Every run records the plan
-facts that shape it (`plan_facts`: the setup, the duration, the drain and the number of agents; the
-condition, caller count and seed are its folder's name). A resumed plan keeps a saved run only when those
+facts that shape it (`ColocationPlan.run_facts`: the setup, the duration, the drain and the number of
+agents; the condition, caller count and seed are its folder's name). A resumed plan keeps a saved run only when those
 facts are the plan's own; a saved run of another plan (or of a flatshare that did not record them) is an
 error that names the folder and the first fact that differs, never a silent mix of two plans.
 """
@@ -11,37 +11,23 @@ error that names the folder and the first fact that differs, never a silent mix 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from flatshare.colocation.runs import FACTS, run_dir
 from flatshare.errors import InputError
 from flatshare.runfiles.files import read_json
 
-if TYPE_CHECKING:
-    from flatshare.colocation.experiment import ColocationPlan
 
-PLAN_FACTS = ("setup", "duration_s", "drain_s", "agents")
-
-
-def plan_facts(plan: ColocationPlan) -> dict[str, Any]:
-    """The facts of `plan` that every run saves in its `engine.json` and a resumed plan must match."""
-    return {
-        "setup": plan.setup.to_json(),
-        "duration_s": plan.duration_s,
-        "drain_s": plan.drain_s,
-        "agents": plan.agents,
-    }
-
-
-def is_saved(out: Path, plan: ColocationPlan, condition: str, callers: int, seed: int) -> bool:
-    """Whether the run (`condition`, `callers`, `seed`) of `plan` is saved under `out`; InputError when a
-    run is saved there by another plan."""
+def is_saved(out: Path, plan_facts: Mapping[str, Any], condition: str, callers: int, seed: int) -> bool:
+    """Whether the run (`condition`, `callers`, `seed`) of the plan whose run facts are `plan_facts` is
+    saved under `out`; InputError when a run is saved there by another plan."""
     folder = run_dir(out, condition, callers, seed)
     if not folder.is_dir():
         return False
     facts = read_json(folder / FACTS)
-    for name, value in plan_facts(plan).items():
+    for name, value in plan_facts.items():
         if name not in facts:
             raise InputError(
                 f"{folder}: saved without `{name}` (by an older flatshare): cannot resume into it"
