@@ -64,7 +64,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from flatshare.colocation.experiment import MAIN_CONDITIONS, ColocationPlan, run_plan
+from flatshare.colocation.experiment import MAIN_CONDITIONS, ColocationPlan, pending_jobs, run_plan
 from flatshare.colocation.fit_loss import FITTED_ROWS, fit_plan, loss
 from flatshare.colocation.report import SPREAD_FOLDER, build_report
 from flatshare.colocation.results import ColocationSummary
@@ -268,7 +268,7 @@ def spread(
     saved there (an interrupted spread) and run only the rest."""
     if run_preset:
         for part in table_plans(plan):
-            run_plan(experiment, part, resume=resume)
+            run_plan(experiment, part, jobs=pending_jobs(experiment, part, resume))
     if not (experiment / "runs").is_dir():
         raise SystemExit(f"--experiment: {experiment} has no runs/ (run the preset's experiment there first)")
     names = list(GRID)
@@ -279,7 +279,8 @@ def spread(
         changes = {n: v for n, v in zip(names, point, strict=True) if getattr(SEED, n) != v}
         label = ",".join(f"{n}={v}" for n, v in changes.items())
         for part in table_plans(dataclasses.replace(plan, setup=plan.setup.with_changes(**changes))):
-            run_plan(experiment / SPREAD_FOLDER / label, part, resume=resume)
+            folder = experiment / SPREAD_FOLDER / label
+            run_plan(folder, part, jobs=pending_jobs(folder, part, resume))
         lines.append(f"- {label}")
     build_report(experiment)
     return lines

@@ -168,7 +168,7 @@ def test_spread_runs_only_what_the_table_reads_at_each_point_and_at_the_preset_w
     )
     runs: dict[Path, list[ColocationPlan]] = {}
 
-    def run_plan(out: Path, plan: ColocationPlan, resume: bool = False) -> None:
+    def run_plan(out: Path, plan: ColocationPlan, jobs: object = None) -> None:
         runs.setdefault(out, []).append(plan)
         (out / "runs").mkdir(parents=True, exist_ok=True)
 

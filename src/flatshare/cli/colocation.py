@@ -213,7 +213,7 @@ def experiment_colocation(
             advance(done[0], total)
 
         try:
-            run_plan(out, plan, on_done=one_done, executor=pool, resume=resume)
+            run_plan(out, plan, on_done=one_done, executor=pool, jobs=jobs)
         except JobsFailed as exc:
             failed = exc
     if failed is not None:

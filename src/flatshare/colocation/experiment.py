@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -474,15 +474,15 @@ def run_plan(
     plan: ColocationPlan,
     on_done: OnDone | None = None,
     executor: Executor | None = None,
-    resume: bool = False,
+    jobs: Sequence[Job[ColocationJob]] | None = None,
 ) -> None:
-    """Run every job of the plan and save each run; `executor` defaults to `plan.workers` local processes.
-    `resume`: keep the runs the same plan already saved in `out` and run only the rest (`pending_jobs`).
+    """Run the plan's jobs and save each run; `executor` defaults to `plan.workers` local processes.
+    `jobs`: the ones to run (`pending_jobs`; None: every job of the plan).
 
     Every job runs even when some fail; then `JobsFailed` names the failed ones (condition and seed).
     """
     pool = executor if executor is not None else LocalExecutor(plan.workers)
     fn = functools.partial(run_job, out.resolve(), plan)
-    failures = pool.run(pending_jobs(out, plan, resume), fn, on_done)
+    failures = pool.run(plan_jobs(plan) if jobs is None else jobs, fn, on_done)
     if failures:
         raise JobsFailed(failures)

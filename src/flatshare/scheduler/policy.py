@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,11 @@ class RunningView:
     next_tokens: int = 0
     next_blocks: int = 0
     lora_id: int = 0
+
+
+UNBOUNDED_BUDGET = 1 << 62
+"""A step budget no request reaches (`WaitingNeed.without_budgets`: SGLang preempts only when a request
+does not fit in memory or seats, never for compute budget)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,11 @@ class WaitingNeed:
         scheduled = sum(1 for n in tokens if n > 0)
         inputs = (self.input_budget or self.token_budget) - used - scheduled * self.draft_slots
         return min(self.token_budget - used, inputs - self.draft_slots)
+
+    def without_budgets(self) -> WaitingNeed:
+        """The same need with no step budget to refuse it (neither the token budget nor the input
+        budget `budget_left` reads): for a rule that triggers on memory and seats only."""
+        return replace(self, token_budget=UNBOUNDED_BUDGET, input_budget=UNBOUNDED_BUDGET)
 
     def lora_refused(self, scheduled_loras: Iterable[int]) -> bool:
         """Whether vLLM skips the request for its adapter, given the adapters of the running requests

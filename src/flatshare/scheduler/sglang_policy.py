@@ -10,12 +10,9 @@ request; otherwise it preempts nobody. Nothing here imports vLLM.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from flatshare.scheduler import policy
-
-UNBOUNDED_BUDGET = 1 << 62
-"""SGLang preempts only when a request does not fit in memory or seats, never for compute budget."""
 
 
 @dataclass(frozen=True)
@@ -50,9 +47,8 @@ def choose(
     ref_counts: dict[int, int],
 ) -> SglangChoice:
     """SGLang's victims for a waiting request that vLLM would not admit for memory or seats; none when it
-    already fits (on memory and seats: the step's token budget is not SGLang's trigger, neither the token
-    budget nor the input budget that vLLM's view sets to `max_num_batched_tokens`)."""
-    need = replace(admission, token_budget=UNBOUNDED_BUDGET, input_budget=UNBOUNDED_BUDGET)
+    already fits (on memory and seats: the step's budgets are not SGLang's trigger)."""
+    need = admission.without_budgets()
     if policy.fits(need, running, (), ref_counts):
         return SglangChoice((), fits=True)
     seats = need.seats_free <= 0
