@@ -9,6 +9,7 @@ from flatshare.colocation.ablation_markdown import ablation_lines
 from flatshare.colocation.experiment import (
     AT_RISK_CONDITIONS,
     BASELINE_CONDITIONS,
+    HINT_DUE_CONDITIONS,
     MAIN_CONDITIONS,
     MECHANISM_CONDITIONS,
     PROTECTED_KV_CONDITIONS,
@@ -47,6 +48,7 @@ def test_every_make_room_condition_of_the_experiment_has_a_variant_below_it() ->
         + RIDE_CONDITIONS
         + PROTECTED_KV_CONDITIONS
         + AT_RISK_CONDITIONS
+        + HINT_DUE_CONDITIONS
         + SWEEP_CONDITIONS
         + BASELINE_CONDITIONS
     )

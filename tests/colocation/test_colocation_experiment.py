@@ -109,7 +109,7 @@ def test_the_engine_takes_the_setups_prefill_cap() -> None:
 
 # Its plan has no window T: the sweep figure must not call legend() on empty axes (a UserWarning in CI).
 @pytest.mark.filterwarnings("error::UserWarning")
-def test_the_cli_passes_the_scheduling_mode_and_prefill_cap_and_prints_the_presets_defaults(
+def test_the_cli_passes_the_scheduling_mode_prefill_cap_and_recogniser_spread_and_prints_the_presets_defaults(
     tmp_path: Path,
 ) -> None:
     help_text = CliRunner().invoke(app, ["experiment", "colocation", "--help"], terminal_width=200).output
@@ -143,15 +143,19 @@ def test_the_cli_passes_the_scheduling_mode_and_prefill_cap_and_prints_the_prese
             "--sync-scheduling",
             "--long-prefill-token-threshold",
             "128",
+            "--asr-spread",
+            "0.37",
         ],
     )
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["setup"]["async_scheduling"] is False
+    assert summary["setup"]["asr_final_spread"] == 0.37 and "asr_final_spread" not in SEED.to_json()
     assert summary["setup"]["long_prefill_token_threshold"] == 128
     facts = [json.loads(p.read_text()) for p in out.glob("runs/**/engine.json")]
     assert facts and all(f["engine_config"]["async_scheduling"] is False for f in facts)
     assert all(f["engine_config"]["long_prefill_token_threshold"] == 128 for f in facts)
+    assert all(f["setup"]["asr_final_spread"] == 0.37 for f in facts)
 
 
 def test_a_kv_cache_smaller_than_the_max_model_length_stops_before_any_run(tmp_path: Path) -> None:

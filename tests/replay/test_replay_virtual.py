@@ -6,11 +6,13 @@ import itertools
 
 import pytest
 
+from flatshare.listen.voice import VoicePipeline
 from flatshare.replay.virtual import run_virtual
 from flatshare.runfiles.records import ReplayRecord, schema_problems
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.engine import SimEngine
 from flatshare.sim.profile import load_profile
+from flatshare.sim.requests import SimRequest
 from flatshare.workloads.spec import parse_spec
 
 pytestmark = pytest.mark.vllm
@@ -85,6 +87,48 @@ def test_voice_turns_are_preceded_by_arrival_hints_that_stay_out_of_the_records(
     assert not any(r.id.endswith("/hint") for r in run.records)
     with pytest.raises(ValueError, match="hint_lead_s"):
         run_virtual(workload, _engines(1), until_s=60, hint_lead_s=-1)
+
+
+def test_a_varying_recogniser_moves_each_turn_by_its_own_delay_and_hints_say_when_it_is_due() -> None:
+    """With a pipeline whose recogniser's delay varies, each voice turn is sent its own delay after the
+    end of speech (the hint's time), where the constant pipeline sends it the median after; the hints carry
+    `flatshare_hint_in_s` when asked to. Agents' requests are not moved."""
+    workload = parse_spec("voice-agents:callers=2,agents=1,duration=40", seed=3, max_model_len=32768)
+    pipeline = VoicePipeline(asr_final_spread=0.37)
+
+    def run(**options: object) -> tuple[dict[str, ReplayRecord], dict[str, SimRequest]]:
+        (engine,) = _engines(1)
+        submitted: list[SimRequest] = []
+        submit = engine.submit
+
+        def recording(request: SimRequest) -> None:
+            submitted.append(request)
+            submit(request)
+
+        engine.submit = recording  # type: ignore[method-assign]
+        result = run_virtual(workload, [engine], until_s=40, hint_lead_s=0.3, **options)  # type: ignore[arg-type]
+        return {r.id: r for r in result.records}, {r.id: r for r in submitted if r.cls == "hint"}
+
+    varied, hints = run(pipeline=pipeline, hint_in_s=0.19)
+    first_turn = next(r for r in varied.values() if r.session_id.startswith("voice"))
+    assert hints[f"{first_turn.id}/hint"].extra_args == {
+        "flatshare_hint": "turn",
+        "flatshare_hint_in_s": 0.19,
+    }
+    delays = []
+    for rid, turn in varied.items():
+        if turn.session_id.startswith("voice"):
+            delay = turn.send_s - hints[f"{rid}/hint"].arrival_s
+            assert delay == pytest.approx(pipeline.asr_final_for(rid))
+            delays.append(delay)
+    assert min(delays) < 0.3 < max(delays)  # some sooner than the median, some later
+    constant, _ = run()
+    first_agent = min(
+        (r for r in constant.values() if not r.session_id.startswith("voice")), key=lambda r: r.send_s
+    )
+    assert varied[first_agent.id].send_s == first_agent.send_s
+    with pytest.raises(ValueError, match="hint_in_s"):
+        run_virtual(workload, _engines(1), until_s=40, hint_in_s=0.2)
 
 
 def test_the_run_carries_the_engines_totals_not_the_engines() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from flatshare.scheduler import MakeRoomConfig, MakeRoomConfigError
-from flatshare.scheduler.hint import HintWindows, is_turn_hint
+from flatshare.scheduler.hint import HintWindows, hint_due_in_s, is_turn_hint
 from flatshare.sim.config import EngineConfig, fitting_model_len
 from flatshare.sim.engine import SimEngine, SimResult
 from flatshare.sim.profile import load_profile
@@ -40,6 +40,53 @@ def test_hint_windows_match_arrivals_oldest_first_and_expire() -> None:
     assert windows.arrived() and windows.threshold() == -1  # the oldest (priority 0) was fulfilled
     assert windows.expire(1.69) == 0 and windows.expire(1.7) == 1 and len(windows) == 0
     assert is_turn_hint(HINT) and not is_turn_hint({"flatshare_hint": "maybe"}) and not is_turn_hint(None)
+
+
+def test_a_hint_that_says_when_holds_only_once_its_turn_is_due_within_the_lead() -> None:
+    windows = HintWindows(0.6)
+    windows.open(0, now=1.0, due_in_s=0.4)  # the turn is expected at 1.4
+    assert windows.threshold() == 0  # without a lead every open hint holds
+    assert windows.threshold(1.1, lead_s=0.2) is None and windows.waiting(1.1, 0.2) == 1
+    assert windows.threshold(1.2, lead_s=0.2) == 0 and windows.waiting(1.2, 0.2) == 0
+    assert windows.threshold(1.0, lead_s=None) == 0 and windows.waiting(1.0, None) == 0  # unmeasured: hold
+    assert windows.expire(1.6) == 1  # the window still counts from the hint
+    assert hint_due_in_s({"flatshare_hint": "turn", "flatshare_hint_in_s": 0.25}) == 0.25
+    for bad in (None, {}, {"flatshare_hint_in_s": "0.2"}, {"flatshare_hint_in_s": True}):
+        assert hint_due_in_s(bad) == 0.0
+    for bad_value in (-1.0, float("nan"), float("inf")):
+        assert hint_due_in_s({"flatshare_hint_in_s": bad_value}) == 0.0
+
+
+def test_a_hint_that_says_when_gives_the_agents_the_steps_before_the_turn_is_due() -> None:
+    """Asynchronous steps; agents prefill 12k-token prompts in 512-token chunks; a hint at 1.6 s for a
+    turn at 2.0 s. Said to be due in 0.4 s, the hint lets the first steps after it carry agent chunks and
+    holds only the last ones, and the turn starts as soon as with a hint that holds from the start."""
+
+    def run(extra: dict[str, object] | None) -> tuple[float, dict[str, int]]:
+        agents = [req(f"a{i}", 0.0, 12000, 50, priority=10) for i in range(3)]
+        turn = req("voice", 2.0, 300, 20, priority=0)
+        hinted = [SimRequest("h", 1.6, (11, 12, 13), 1, 0, "hint", extra_args=extra)] if extra else []
+        config = EngineConfig(
+            kv_tokens=65536,
+            max_model_len=fitting_model_len(65536, 16),
+            max_num_batched_tokens=512,
+            async_scheduling=True,
+        )
+        config = config.with_changes(
+            scheduler="make-room", additional_config={"make_room": {"enabled": True, "hint_window_s": 0.6}}
+        )
+        engine = SimEngine(config, load_profile())
+        result = engine.run([*agents, *hinted, turn])
+        assert all(r.status == "finished" for r in result.records)
+        return by_id(result)["voice"].first_scheduled_s - 2.0, engine.scheduler.flatshare_counters()
+
+    plain_wait, _ = run(None)
+    hint_wait, hint_counts = run(HINT)
+    due_wait, due_counts = run({**HINT, "flatshare_hint_in_s": 0.4})
+    assert due_counts["hint_wait_steps"] > 0 and hint_counts["hint_wait_steps"] == 0
+    assert 0 < due_counts["hint_hold_steps"] < hint_counts["hint_hold_steps"]
+    assert due_counts["hints_fulfilled"] == hint_counts["hints_fulfilled"] == 1
+    assert due_wait <= hint_wait < plain_wait
 
 
 def test_a_hint_keeps_agent_prefill_out_so_the_turn_starts_sooner() -> None:

@@ -19,7 +19,8 @@ runs stock vLLM and make-room on the same inputs, and checks:
 - disabled, under fcfs, or with equal priorities, every step's decisions equal stock vLLM's;
 - the protected prefix pin (drawn with both `pin_yields_to`) never holds more than its cap, and yielding
   to all never leaves a step in which vLLM preempted with anything pinned; drawn beside it, small tails
-  recomputed, arrival hints (hint requests before protected ones) and windows closed at a protected
+  recomputed, arrival hints (hint requests before protected ones; some saying when their turn is due,
+  rightly, late or malformed) and windows closed at a protected
   reply's first sentence, all under every check above.
 
 `make test` runs the `ci` profile (a few hundred examples); `make test-invariants` the `soak` profile
@@ -112,7 +113,8 @@ def scenarios(draw: st.DrawFn, priorities: tuple[int, ...] = (0, 1, 5, 10)) -> S
         ]
     if draw(st.sampled_from([False, False, True])):  # arrival hints before some protected requests
         for r in [r for r in requests if r.priority == 0][:3]:
-            requests.append(hint_for(r, draw(st.sampled_from([0.0, 0.05, 0.3]))))
+            lead = draw(st.sampled_from([0.0, 0.05, 0.3]))
+            requests.append(hint_for(r, lead, draw(st.sampled_from([None, None, lead, 2 * lead, -1.0]))))
     chunked = draw(st.sampled_from([True, True, True, False]))
     tier = draw(st.sampled_from([0, 0, 8192]))
     failures = draw(st.sampled_from([0.0, 0.0, 0.3])) if tier else 0.0
@@ -152,8 +154,12 @@ def scenarios(draw: st.DrawFn, priorities: tuple[int, ...] = (0, 1, 5, 10)) -> S
     return Scenario(tuple(requests), engine, make_room)
 
 
-def hint_for(turn: SimRequest, lead_s: float) -> SimRequest:
-    """An arrival hint `lead_s` before `turn`: one token, the turn's priority, `flatshare_hint` set."""
+def hint_for(turn: SimRequest, lead_s: float, due_in_s: float | None = None) -> SimRequest:
+    """An arrival hint `lead_s` before `turn`: one token, the turn's priority, `flatshare_hint` set, and
+    with `due_in_s` saying when the turn is due (right, late or malformed as drawn)."""
+    extra_args: dict[str, object] = {"flatshare_hint": "turn"}
+    if due_in_s is not None:
+        extra_args["flatshare_hint_in_s"] = due_in_s
     return SimRequest(
         f"{turn.id}h",
         max(turn.arrival_s - lead_s, 0.0),
@@ -161,7 +167,7 @@ def hint_for(turn: SimRequest, lead_s: float) -> SimRequest:
         1,
         turn.priority,
         "hint",
-        extra_args={"flatshare_hint": "turn"},
+        extra_args=extra_args,
     )
 
 
@@ -519,7 +525,8 @@ def mechanism_scenarios(draw: st.DrawFn) -> Scenario:
     base = draw(scenarios())
     protected = [r for r in base.requests if r.priority == 0]
     lead = draw(st.sampled_from([0.0, 0.05, 0.3]))
-    requests = (*base.requests, *(hint_for(r, lead) for r in protected if not r.id.endswith("h")))
+    due = draw(st.sampled_from([None, lead, 0.5 * lead]))  # hints that say when: exact or early
+    requests = (*base.requests, *(hint_for(r, lead, due) for r in protected if not r.id.endswith("h")))
     engine = base.engine
     if draw(st.booleans()):
         engine = engine.with_changes(cpu_tier_tokens=8192)

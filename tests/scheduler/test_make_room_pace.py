@@ -40,6 +40,26 @@ def test_under_async_scheduling_the_interval_is_the_previous_steps() -> None:
         StepPace(lag=2)
 
 
+def test_a_chunk_scheduled_now_ends_after_the_step_in_flight_and_its_own() -> None:
+    """`chunk_end_s`: under synchronous steps a chunk step; under asynchronous ones the step in flight (a
+    chunk step's cost if it carried one, a held step's if it held) and then the chunk's."""
+    sync = StepPace(lag=0, alpha=1.0)
+    assert sync.chunk_end_s() is None
+    sync.step(0.0)
+    sync.scheduled(held=False, chunked=True, empty=False)
+    sync.step(0.06)
+    assert sync.chunk_end_s() == pytest.approx(0.06)
+    pace = StepPace(lag=1, alpha=1.0)
+    for start, held, chunked in ((0.0, False, True), (0.0, True, False), (0.06, True, False)):
+        pace.step(start)
+        pace.scheduled(held=held, chunked=chunked, empty=False)
+    pace.step(0.08)  # the chunk step took 60 ms, the held one 20 ms; a held step is in flight
+    assert pace.chunk_end_s() == pytest.approx(0.06 + 0.02)
+    pace.scheduled(held=False, chunked=True, empty=False)
+    pace.step(0.10)  # a chunk step is in flight now
+    assert pace.chunk_end_s() == pytest.approx(2 * 0.06)
+
+
 def test_the_averages_follow_the_newest_steps() -> None:
     pace = StepPace(alpha=0.5)
     for t, duration in enumerate((0.02, 0.04)):

@@ -7,8 +7,9 @@ to protected requests only). In each: a protected request (priority 0) on a 2,04
 finishes; a burst of three low-priority requests (priority 10, 2,600 unique tokens each) needs more than
 the blocks that never held the prompt, so vLLM evicts most of it under the first; then the next
 protected request on the same prompt reports its hit. With the pin the whole prompt is still cached. The
-second server also takes an arrival hint (`vllm_xargs: {"flatshare_hint": "turn"}`) before the second
-turn, as a voice agent sends it; its trace shows the hint opened and the turn fulfilled it.
+second server also takes an arrival hint (`vllm_xargs: {"flatshare_hint": "turn", "flatshare_hint_in_s":
+0.05}`) before the second turn, as a voice agent sends it; its trace shows the hint opened and the turn
+fulfilled it.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def run_case(
             answers = [f.result() for f in burst]
         assert all(a["choices"][0]["finish_reason"] == "length" for a in answers)  # every stream completes
         if hint:
-            complete(server.url, ids(99, 3), 0, max_tokens=1, vllm_xargs={"flatshare_hint": "turn"})
+            hint_args = {"flatshare_hint": "turn", "flatshare_hint_in_s": 0.05}  # due in 50 ms, as said
+            complete(server.url, ids(99, 3), 0, max_tokens=1, vllm_xargs=hint_args)
         second = complete(server.url, system + ids(3, TURN_TAIL), 0)
     lines = (
         [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]

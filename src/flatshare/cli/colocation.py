@@ -97,6 +97,13 @@ def experiment_colocation(
             f"[write-up preset: {'on' if SEED.voice_warmup else 'off'}].",
         ),
     ] = None,
+    asr_spread: Annotated[
+        float | None,
+        typer.Option(
+            help="The voice recogniser's final-transcript delay varies by turn: lognormal sigma about its "
+            "0.3 s median (0.37: AssemblyAI's published p90/median) [write-up preset: 0, constant].",
+        ),
+    ] = None,
     scale: Annotated[
         float | None,
         typer.Option(
@@ -163,6 +170,7 @@ def experiment_colocation(
             async_scheduling=async_scheduling,
             long_prefill_token_threshold=long_prefill_token_threshold,
             voice_warmup=voice_warmup,
+            asr_final_spread=asr_spread,
             scale=scale if scale is not None else quick_scale(quick, real),
         )
         setup = colocation_setup(engine_options, changes)

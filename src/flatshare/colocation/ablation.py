@@ -86,6 +86,22 @@ EDGES = (
         )
         for due in (450, 550, 650)
     ),
+    # Hints that say when their turn is due (`flatshare_hint_in_s`), over the stack with 1 s hint windows.
+    Edge(
+        "make-room-t48-syncload-tierkeep-tail-hint-sentence-w1",
+        "make-room-t48-syncload-tierkeep-tail-hint-sentence",
+        "hint windows of 1 s, not 0.5",
+    ),
+    Edge(
+        "make-room-t48-syncload-tierkeep-tail-hint-sentence-hintdue",
+        "make-room-t48-syncload-tierkeep-tail-hint-sentence-w1",
+        "hints say the turn is due in the recogniser's median delay; the hold starts a chunk step before",
+    ),
+    Edge(
+        "make-room-t48-syncload-tierkeep-tail-hint-sentence-hintdue-p10",
+        "make-room-t48-syncload-tierkeep-tail-hint-sentence-w1",
+        "hints say the turn is due in the recogniser's 10th-percentile delay; the hold starts a chunk step before",
+    ),
     # The ride (`hold_ride_*`), over T=48 and over the pin stack.
     *(
         Edge(f"{base}-{ride}", base, f"held agent prefill rides, {adds}")

@@ -48,6 +48,7 @@ class SetupChanges:
     long_prefill_token_threshold: int | None = None
     voice_warmup: bool | None = None
     scale: float | None = None
+    asr_final_spread: float | None = None
 
 
 def colocation_setup(engine: EngineOptions, changes: SetupChanges, base: Setup = SEED) -> Setup:
@@ -63,6 +64,7 @@ def colocation_setup(engine: EngineOptions, changes: SetupChanges, base: Setup =
         "long_prefill_token_threshold": changes.long_prefill_token_threshold,
         "voice_warmup": changes.voice_warmup,
         "scale": changes.scale,
+        "asr_final_spread": changes.asr_final_spread,
     }
     return base.with_changes(
         **{name: getattr(engine, name) for name in PRESET_ENGINE_OPTIONS},

@@ -55,6 +55,9 @@ class Condition:
     gate_settings: Mapping[str, Any] | None = None
     hint_lead_s: float | None = None
     """Send voice turns' arrival hints this long before each turn (None: none): `run_virtual`'s."""
+    hint_in_quantile: float | None = None
+    """The hints say their turn is due in this quantile of the recogniser's delay (None: they do not say),
+    what a voice agent learns from its own turns: `run_virtual`'s `hint_in_s`."""
     cpu_tier_connector: Mapping[str, Any] | None = None
     """The CPU tier connector's extra settings (--kv-transfer-config's `kv_connector_extra_config`):
     `EngineConfig.cpu_tier_connector`."""
@@ -188,6 +191,34 @@ AT_RISK_CONDITIONS = (
         for due in (0.45, 0.55, 0.65)
     ),
 )
+# Hints that say when their turn is due (`flatshare_hint_in_s`, docs/make-room.md): the connector stack ending
+# at the first sentence, its hints saying the turn follows in a quantile of the recogniser's delay (the
+# median, or the 10th percentile: under the preset's constant delay both are its 0.3 s, exact, so an upper
+# bound; with `--asr-spread` the delay varies and the hint is an estimate), and make-room starting each
+# hint's hold only once a chunk scheduled then could still run when the turn arrives. Their hint windows
+# are 1 s, past a varying recogniser's slowest turns (0.71 s at its 99th percentile with `--asr-spread
+# 0.37`), which a 0.5 s window leaves unprotected; `-w1` is the stack with that window and no due time.
+HINT_W1 = {**TAIL, "hint_window_s": 1.0, **SENTENCE}
+HINT_DUE_CONDITIONS = (
+    Condition(
+        "make-room-t48-syncload-tierkeep-tail-hint-sentence-w1",
+        "make-room",
+        additional_config=_mr(48, **HINT_W1),
+        hint_lead_s=HINT_LEAD_S,
+        cpu_tier_connector=SYNC_KEEP,
+    ),
+    *(
+        Condition(
+            f"make-room-t48-syncload-tierkeep-tail-hint-sentence-hintdue{name}",
+            "make-room",
+            additional_config=_mr(48, **HINT_W1),
+            hint_lead_s=HINT_LEAD_S,
+            hint_in_quantile=q,
+            cpu_tier_connector=SYNC_KEEP,
+        )
+        for name, q in (("", 0.5), ("-p10", 0.1))
+    ),
+)
 SWEEP_CONDITIONS = tuple(
     Condition(f"make-room-t{t}", "make-room", additional_config=_mr(t), window_tokens=t)
     for t in (8, 24, 32, 64)
@@ -284,6 +315,7 @@ def pick_conditions(keys: str) -> tuple[Condition, ...]:
         + BASELINE_SWEEP
         + PROTECTED_KV_CONDITIONS
         + AT_RISK_CONDITIONS
+        + HINT_DUE_CONDITIONS
     )
     wanted = [k.strip() for k in keys.split(",") if k.strip()]
     unknown = sorted(set(wanted) - {c.key for c in every})
@@ -411,6 +443,9 @@ def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: Colo
     from flatshare.replay.virtual import run_virtual
 
     workload, engine, gate, spec = build_run(condition, callers, seed, plan)
+    pipeline = plan.setup.voice_pipeline()
+    quantile = condition.hint_in_quantile
+    hint_in_s = None if quantile is None else round(pipeline.asr_final_quantile(quantile), 4)
     run = run_virtual(
         workload,
         [engine],
@@ -418,6 +453,8 @@ def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: Colo
         stop_s=plan.duration_s + plan.drain_s,
         gate=gate,
         hint_lead_s=condition.hint_lead_s,
+        hint_in_s=hint_in_s,
+        pipeline=pipeline,
     )
     folder = run_dir(out, condition.key, callers, seed)
     facts = {
@@ -430,6 +467,8 @@ def run_one(out: Path, condition: Condition, callers: int, seed: int, plan: Colo
     }
     if condition.hint_lead_s is not None:
         facts["hint_lead_s"] = condition.hint_lead_s
+    if hint_in_s is not None:
+        facts["hint_in_s"] = hint_in_s
     if condition.gate:
         facts["gate"] = {"name": condition.gate, "settings": dict(condition.gate_settings or {})}
     save_run(folder, run, facts)

@@ -299,11 +299,12 @@ def _near_optimal(out: Path, pipeline: VoicePipeline) -> list[ColocationSummary]
 def build_report(out: Path) -> ColocationSummary:
     """(Re)build summary.json, report.md and the figures from `out/runs` alone."""
     runs = load_runs(out)
-    pipeline = VoicePipeline()
+    setup = shared_fact(runs, "setup")
+    pipeline = VoicePipeline(asr_final_spread=float((setup or {}).get("asr_final_spread", 0.0)))
     summary = summarize(
         runs,
         pipeline,
-        setup=shared_fact(runs, "setup"),
+        setup=setup,
         engine=shared_fact(runs, "engine"),
         near_optimal=_near_optimal(out, pipeline),
     )
@@ -316,14 +317,16 @@ def build_report(out: Path) -> ColocationSummary:
     frontier.frontier_figure(summary, out / "frontier.png")
     seeds = len({r.seed for r in runs})
     plan_line = f"{len(runs)} runs: caller counts {list(summary.callers)}, {seeds} seeds per condition."
-    write_report(out, summary, plan_line, render_worst_turn(out, runs, summary.callers[0]))
+    write_report(out, summary, plan_line, render_worst_turn(out, runs, summary.callers[0], pipeline))
     return summary
 
 
 HEARD = ("vllm-priority", "make-room-t48")
 
 
-def render_worst_turn(out: Path, runs: list[SavedRun], callers: int) -> list[str]:
+def render_worst_turn(
+    out: Path, runs: list[SavedRun], callers: int, pipeline: VoicePipeline | None = None
+) -> list[str]:
     """Render the slowest `vllm-priority` voice turn at `callers` (over the seeds both conditions of `HEARD`
     ran) beside the same turn under `make-room-t48`, as `out/worst-turn.wav` and `.png`
     (`flatshare.listen`); returns the report's lines linking them, or saying why there are none."""
@@ -339,7 +342,9 @@ def render_worst_turn(out: Path, runs: list[SavedRun], callers: int) -> list[str
     missing = missing_tools()
     if missing:
         return [f"No rendered call: {', '.join(missing)} not installed (`make system-deps`).", ""]
-    worst = [(worst_turn(load_voice_run(run_dir(out, stock, callers, seed))), seed) for seed in common]
+    worst = [
+        (worst_turn(load_voice_run(run_dir(out, stock, callers, seed)), pipeline), seed) for seed in common
+    ]
     turn, seed = max(worst, key=lambda pair: pair[0].wait_s)
     render_pair(run_dir(out, stock, callers, seed), run_dir(out, make_room, callers, seed), turn, out)
     return [

@@ -18,6 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from flatshare.listen.voice import VoicePipeline
 from flatshare.scaling import check_scale, scaled
 
 AGENT_SOURCES = ("synthetic", "weka")
@@ -46,6 +47,9 @@ class Setup:
     (`max_tokens` 1), in every condition alike (`alone` and `agents-alone` included), as an operator's
     `flatshare warmup` does at server start: no condition's first turn computes the prompt cold. False (how
     runs recorded before this field ran): the first turn of every run prefills it.
+    `asr_final_spread`: the voice recogniser's final-transcript delay varies from turn to turn, lognormal
+    with this sigma around the pipeline's 0.3 s (`flatshare.listen.voice.VoicePipeline`); 0 (the preset):
+    constant. Left out of `to_json` at 0, as runs recorded before it were.
     """
 
     profile: str = "llama3-8b-24gb"
@@ -60,6 +64,7 @@ class Setup:
     long_prefill_token_threshold: int = 0
     voice_warmup: bool = False
     scale: float = 1.0
+    asr_final_spread: float = 0.0
 
     def __post_init__(self) -> None:
         check_scale(self.scale)
@@ -73,6 +78,7 @@ class Setup:
             raise ValueError("setup: long_prefill_token_threshold must be >= 0 (0: no cap)")
         if self.voice_system_tokens < 1:
             raise ValueError("setup: voice_system_tokens must be >= 1")
+        VoicePipeline(asr_final_spread=self.asr_final_spread)  # checks it
         if self.agent_source not in AGENT_SOURCES:
             raise ValueError(f"setup: agent_source must be one of {AGENT_SOURCES}, got {self.agent_source!r}")
 
@@ -89,8 +95,15 @@ class Setup:
     def with_changes(self, **changes: Any) -> Setup:
         return dataclasses.replace(self, **changes)
 
+    def voice_pipeline(self) -> VoicePipeline:
+        """The voice pipeline outside the engine (its recogniser's spread is the setup's)."""
+        return VoicePipeline(asr_final_spread=self.asr_final_spread)
+
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        facts = dataclasses.asdict(self)
+        if not self.asr_final_spread:
+            del facts["asr_final_spread"]
+        return facts
 
 
 @dataclass(frozen=True)

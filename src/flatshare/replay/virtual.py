@@ -16,8 +16,10 @@ With `hint_lead_s`, every request of a spoken (voice) session is preceded by an 
 `hint_lead_s` seconds before it, as a voice agent sends one when its voice-activity detector reports the
 end of the caller's speech and the turn follows once the final transcript is in
 (`flatshare.scheduler.hint`): a one-token request of the turn's priority whose `extra_args` carry
-`{"flatshare_hint": "turn"}`. It knows nothing of the future: the turn's send time is already fixed when
-the caller starts speaking. Hints are not in the run's records.
+`{"flatshare_hint": "turn"}`, and with `hint_in_s` also `{"flatshare_hint_in_s": hint_in_s}` (when the
+voice agent expects its turn: its recogniser's usual delay, a setting of the agent, not this turn's). It
+knows nothing of the future: the turn's send time is already fixed when the caller starts speaking. Hints
+are not in the run's records.
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from flatshare.listen.voice import VoicePipeline
 from flatshare.policy.gates.core import Gate
 from flatshare.replay.edges import DirectEdge, Edge
 from flatshare.replay.virtual_gate import GateDriver
 from flatshare.runfiles.records import ReplayRecord, first_sentence_times
 from flatshare.runfiles.samples import EngineSample
 from flatshare.runfiles.sim_records import RequestRecord
-from flatshare.scheduler.hint import HINT_KEY, HINT_TURN
+from flatshare.scheduler.hint import HINT_IN_KEY, HINT_KEY, HINT_TURN
 from flatshare.sim.engine import SimEngine
 from flatshare.sim.requests import SimRequest
 from flatshare.sim.step_ledger import summed
@@ -105,8 +108,10 @@ class _Issuer:
         until_s: float | None,
         on_speech: Callable[[float, str], None],
         hint_lead_s: float | None = None,
+        pipeline: VoicePipeline | None = None,
     ) -> None:
         self.sessions = {s.id: s for s in workload.sessions}
+        self.pipeline = pipeline
         self.on_speech = on_speech  # (when a caller starts speaking, session id)
         self.until_s = until_s
         self.hint_lead_s = hint_lead_s
@@ -120,10 +125,15 @@ class _Issuer:
     def _push(self, session: Session, k: int, t: float) -> None:
         if k >= len(session.requests) or (self.until_s is not None and t > self.until_s):
             return
-        heapq.heappush(self.heap, (t, self._seq, session.id, k))
+        request = session.requests[k]
+        spoken = session.speech_tokens_per_s is not None
+        send = t
+        if spoken and self.pipeline is not None and self.pipeline.asr_final_spread:
+            # the recogniser's delay for this turn, about the median the session's timing assumes
+            send = max(t + self.pipeline.asr_final_for(request.id) - self.pipeline.asr_final_s, 0.0)
+        heapq.heappush(self.heap, (send, self._seq, session.id, k))
         self._seq += 1
-        if self.hint_lead_s is not None and session.speech_tokens_per_s is not None:
-            request = session.requests[k]
+        if self.hint_lead_s is not None and spoken:
             speech_start = t - request.pause_before_s if k > 0 else 0.0
             heapq.heappush(self.hints, (max(t - self.hint_lead_s, speech_start, 0.0), self._seq, request))
             self._seq += 1
@@ -168,17 +178,23 @@ def run_virtual(
     stop_s: float | None = None,
     gate: Gate | None = None,
     hint_lead_s: float | None = None,
+    hint_in_s: float | None = None,
+    pipeline: VoicePipeline | None = None,
 ) -> VirtualRun:
     """Replay `workload` on `engines` in virtual time; no request is issued after `until_s` (the window of
     the engines' step ledgers too), and no engine steps past `stop_s` (requests unfinished then are
     recorded as failed: "run ended"). `gate`: a gateway-side baseline between the sessions and the engines;
-    `hint_lead_s`: send arrival hints (module docstring; not with a gate)."""
+    `hint_lead_s`: send arrival hints, `hint_in_s`: saying their turn is due in that many seconds (module
+    docstring; not with a gate). `pipeline`: the voice pipeline whose recogniser's delay varies the
+    spoken turns' send times (its median is the workload's; None or no spread: unchanged)."""
     if hint_lead_s is not None and (gate is not None or hint_lead_s < 0):
         raise ValueError("hint_lead_s must be >= 0, and hints are not sent through a gate")
+    if hint_in_s is not None and (hint_lead_s is None or hint_in_s < 0):
+        raise ValueError("hint_in_s must be >= 0 and needs hint_lead_s")
     edge: Edge = GateDriver(gate, engines) if gate is not None else DirectEdge(engines)
     for engine in engines:
         engine.ledger.until_s = until_s
-    issuer = _Issuer(workload, until_s, edge.speech_starts, hint_lead_s)
+    issuer = _Issuer(workload, until_s, edge.speech_starts, hint_lead_s, pipeline)
     while True:
         busy = [e for e in engines if e.has_work() and (stop_s is None or e.now < stop_s)]
         clock = min((e.now for e in busy), default=None)
@@ -187,7 +203,7 @@ def run_virtual(
         hint = issuer.next_hint_time()
         if hint is not None and (clock is None or hint <= clock) and (due is None or hint <= due):
             t, request = issuer.pop_hint()
-            engines[route(request, engines)].submit(_hint_request(request, t))
+            engines[route(request, engines)].submit(_hint_request(request, t, hint_in_s))
             continue
         if due is not None and (clock is None or due <= clock) and (wake is None or due <= wake):
             t, request = issuer.pop()
@@ -214,11 +230,13 @@ def run_virtual(
 HINT_PROMPT = (11, 12, 13, 14)  # a tiny prompt: a hint is one short request, its content unused
 
 
-def _hint_request(turn: WorkloadRequest, t: float) -> SimRequest:
-    """The arrival hint for `turn`, sent at `t`: one output token, the turn's priority."""
-    return SimRequest(
-        f"{turn.id}/hint", t, HINT_PROMPT, 1, turn.priority, "hint", extra_args={HINT_KEY: HINT_TURN}
-    )
+def _hint_request(turn: WorkloadRequest, t: float, in_s: float | None = None) -> SimRequest:
+    """The arrival hint for `turn`, sent at `t`: one output token, the turn's priority; with `in_s`, saying
+    the turn is expected that many seconds later."""
+    extra_args: dict[str, Any] = {HINT_KEY: HINT_TURN}
+    if in_s is not None:
+        extra_args[HINT_IN_KEY] = in_s
+    return SimRequest(f"{turn.id}/hint", t, HINT_PROMPT, 1, turn.priority, "hint", extra_args=extra_args)
 
 
 def _tool_returned(issuer: _Issuer, request: WorkloadRequest) -> bool:

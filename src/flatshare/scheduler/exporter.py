@@ -44,6 +44,10 @@ HELP = {
     "next_step_admissions": "Victims preempted now for a request admitted in the next step (blocks in flight)",
     "stayed_out_unpredictable": "Times make-room stayed out: vLLM's admission of the request is unpredictable",
     "early_promotions": "Requests promoted (finished KV load, compiled grammar) before make-room counted them",
+    "hint_wait_steps": (
+        "Steps in which an open arrival hint's hold had not started: its turn was due after a chunk "
+        "scheduled then would end (flatshare_hint_in_s)"
+    ),
     "ahead_releases": (
         "Steps let go by hold_deadline_s: every protected reply in its window was ahead of its deadline"
     ),

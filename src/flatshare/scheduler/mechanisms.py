@@ -25,7 +25,7 @@ from vllm.v1.request import Request
 from flatshare.scheduler import pace, pin, policy, ride, vllm_view
 from flatshare.scheduler.base import FlatshareScheduler
 from flatshare.scheduler.config import MakeRoomConfig
-from flatshare.scheduler.hint import HintWindows, is_turn_hint, request_extra_args
+from flatshare.scheduler.hint import HintWindows, hint_due_in_s, is_turn_hint, request_extra_args
 
 
 @dataclass
@@ -43,6 +43,7 @@ class MechanismCounters:
     hints_fulfilled: int = 0
     hints_expired: int = 0
     hint_hold_steps: int = 0
+    hint_wait_steps: int = 0
     sentence_windows_closed: int = 0
     ride_steps: int = 0
     ride_tokens: int = 0
@@ -73,8 +74,8 @@ class MechanismsMixin(FlatshareScheduler):
         self._ride_caps: dict[str, int] = {}  # this step's riders and their chunk caps (`ride.py`)
         self._waiting_riders = False  # some of them wait: the held queue is not set aside
         self.clock: Callable[[], float] = time.time  # vLLM's clock for `Request.arrival_time`
-        self._pace: pace.StepPace | None = None  # `hold_deadline_s` (`pace.py`)
-        if self.make_room.hold_deadline_s > 0:
+        self._pace: pace.StepPace | None = None  # `hold_deadline_s` and hints' due times (`pace.py`)
+        if self.make_room.hold_deadline_s > 0 or self.make_room.hint_window_s > 0:
             self._pace = pace.StepPace(lag=1 if isinstance(self, AsyncScheduler) else 0)
         self._sentence_lengths = pace.SentenceLengths(max(self.make_room.window_tokens, 1))
         self._ahead: list[str] = []  # this step's protected replies in window, ahead of their deadline
@@ -86,8 +87,9 @@ class MechanismsMixin(FlatshareScheduler):
     def _note_protected_arrival(self, request: Request) -> None:
         """A hint opens a hold window; any other protected arrival fulfils the oldest open hint."""
         stats = self.make_room_stats
-        if is_turn_hint(request_extra_args(request)):
-            self._hints.open(request.priority, self.clock())
+        extra_args = request_extra_args(request)
+        if is_turn_hint(extra_args):
+            self._hints.open(request.priority, self.clock(), hint_due_in_s(extra_args))
             stats.hints += 1
             self._pending_trace.setdefault("hint", []).append(request.request_id)
         elif self._hints.arrived():
@@ -171,7 +173,9 @@ class MechanismsMixin(FlatshareScheduler):
         its first token and without `hold_deadline_s` (`now` None); in decode, only when letting
         lower-priority prefill in would make its first sentence late at the measured pace."""
         paces = self._pace
-        if now is None or paces is None or request.num_output_tokens == 0 or vllm_view.is_prefill(request):
+        if now is None or paces is None or self.make_room.hold_deadline_s <= 0:
+            return True
+        if request.num_output_tokens == 0 or vllm_view.is_prefill(request):
             return True
         tokens_left = self._sentence_lengths.tokens_left(request.num_output_tokens)
         elapsed = now - request.arrival_time
@@ -182,7 +186,7 @@ class MechanismsMixin(FlatshareScheduler):
 
     def _pace_step(self) -> float | None:
         """A step is being scheduled: the pace is credited with the last interval; returns the time (None
-        without `hold_deadline_s`)."""
+        without `hold_deadline_s` or hints)."""
         self._ahead = []
         if self._pace is None:
             return None
@@ -202,12 +206,19 @@ class MechanismsMixin(FlatshareScheduler):
             trace["ahead"] = sorted(set(self._ahead))
 
     def _with_hints(self, threshold: int | None, trace: dict[str, Any]) -> int | None:
-        """The hold threshold with the open arrival hints' (expired ones dropped first)."""
-        expired = self._hints.expire(self.clock())
+        """The hold threshold with the open arrival hints' (expired ones dropped first): those whose turn
+        is due before a chunk scheduled now would end (`HintWindows.threshold`)."""
+        now = self.clock()
+        expired = self._hints.expire(now)
         self.make_room_stats.hints_expired += expired
         if expired:
             trace["hints_expired"] = expired
-        hinted = self._hints.threshold()
+        lead = self._pace.chunk_end_s() if self._pace is not None else None
+        waiting = self._hints.waiting(now, lead)
+        if waiting:
+            self.make_room_stats.hint_wait_steps += 1
+            trace["hint_waiting"] = waiting
+        hinted = self._hints.threshold(now, lead)
         self._hint_held = hinted is not None and (threshold is None or hinted < threshold)
         if hinted is None:
             return threshold

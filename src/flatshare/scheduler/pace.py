@@ -78,6 +78,21 @@ class StepPace:
                 self._free.append(interval)
         self._last_s = now
 
+    def chunk_end_s(self) -> float | None:
+        """How long from now a lower-priority chunk scheduled in this step may run until it ends: a chunk
+        step (`free_s`), after the step in flight under asynchronous scheduling (the step scheduled last:
+        `free_s` if it carried a chunk, else `held_s`, or `free_s` while that is unmeasured). None until a
+        chunk step has been measured. Used by arrival hints that say when their turn is due (`hint.py`)."""
+        free = self.free_s
+        if free is None:
+            return None
+        if self.lag == 0:
+            return free
+        in_flight = self._kinds[-1] if self._kinds else self.OTHER
+        if in_flight == self.FREE or self.held_s is None:
+            return 2 * free
+        return free + self.held_s
+
     def scheduled(self, held: bool, chunked: bool, empty: bool) -> None:
         """What the step just scheduled was: held (some lower-priority work kept out), or not held and
         carrying a prefill chunk (`chunked`), or anything else (an empty step's interval is idle time)."""

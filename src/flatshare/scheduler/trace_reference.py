@@ -114,6 +114,11 @@ FIELDS: dict[str, TraceField] = {
     ),
     "hints_expired": TraceField("int", "hint", "hint windows that ended without a protected arrival"),
     "hint_open": TraceField("int", "hint", "hint windows open in this step (their hold applies)"),
+    "hint_waiting": TraceField(
+        "int",
+        "hint",
+        "open hints whose turn is due after a chunk scheduled in this step would end (no hold yet)",
+    ),
     "tail_recomputed": TraceField(
         "object", "tail", "protected request id -> CPU-tier tokens recomputed instead of loaded"
     ),
