@@ -172,22 +172,26 @@ PROTECTED_KV_CONDITIONS = (
 # due before the deadline (seconds after the request reaches vLLM; the voice target's engine share is about
 # 0.65 s on the write-up preset: a 1.96 s target less the 1.25 s pipeline and the 0.06 s API pass).
 STACK_SENTENCE = {**TAIL, **HINT, **SENTENCE}
-AT_RISK_CONDITIONS = (
-    Condition(
-        "make-room-t48-syncload-tierkeep-tail-hint-sentence",
+STACK_SENTENCE_KEY = "make-room-t48-syncload-tierkeep-tail-hint-sentence"
+
+
+def _stack_sentence(suffix: str, hint_in_quantile: float | None = None, **make_room: Any) -> Condition:
+    """The connector stack over make-room T=48 with `make_room`'s settings, its hints sent at the end of
+    speech (and saying when their turn is due, with `hint_in_quantile`): `STACK_SENTENCE_KEY` + `suffix`."""
+    return Condition(
+        f"{STACK_SENTENCE_KEY}{suffix}",
         "make-room",
-        additional_config=_mr(48, **STACK_SENTENCE),
+        additional_config=_mr(48, **make_room),
         hint_lead_s=HINT_LEAD_S,
+        hint_in_quantile=hint_in_quantile,
         cpu_tier_connector=SYNC_KEEP,
-    ),
+    )
+
+
+AT_RISK_CONDITIONS = (
+    _stack_sentence("", **STACK_SENTENCE),
     *(
-        Condition(
-            f"make-room-t48-syncload-tierkeep-tail-hint-sentence-due{round(due * 1000)}",
-            "make-room",
-            additional_config=_mr(48, **STACK_SENTENCE, hold_deadline_s=due),
-            hint_lead_s=HINT_LEAD_S,
-            cpu_tier_connector=SYNC_KEEP,
-        )
+        _stack_sentence(f"-due{round(due * 1000)}", **STACK_SENTENCE, hold_deadline_s=due)
         for due in (0.45, 0.55, 0.65)
     ),
 )
@@ -200,24 +204,8 @@ AT_RISK_CONDITIONS = (
 # 0.37`), which a 0.5 s window leaves unprotected; `-w1` is the stack with that window and no due time.
 HINT_W1 = {**TAIL, "hint_window_s": 1.0, **SENTENCE}
 HINT_DUE_CONDITIONS = (
-    Condition(
-        "make-room-t48-syncload-tierkeep-tail-hint-sentence-w1",
-        "make-room",
-        additional_config=_mr(48, **HINT_W1),
-        hint_lead_s=HINT_LEAD_S,
-        cpu_tier_connector=SYNC_KEEP,
-    ),
-    *(
-        Condition(
-            f"make-room-t48-syncload-tierkeep-tail-hint-sentence-hintdue{name}",
-            "make-room",
-            additional_config=_mr(48, **HINT_W1),
-            hint_lead_s=HINT_LEAD_S,
-            hint_in_quantile=q,
-            cpu_tier_connector=SYNC_KEEP,
-        )
-        for name, q in (("", 0.5), ("-p10", 0.1))
-    ),
+    _stack_sentence("-w1", **HINT_W1),
+    *(_stack_sentence(f"-hintdue{name}", q, **HINT_W1) for name, q in (("", 0.5), ("-p10", 0.1))),
 )
 SWEEP_CONDITIONS = tuple(
     Condition(f"make-room-t{t}", "make-room", additional_config=_mr(t), window_tokens=t)
