@@ -1,7 +1,8 @@
 """Microseconds per schedule() + update_from_output(): make-room and sage against vLLM's stock scheduler.
 
-Every case (stock, make-room disabled, enabled, and enabled with the pin, tails and hints, sage disabled and
-enabled) runs the same seeded workload through the
+Every case (stock, make-room disabled, enabled, and enabled with the pin, tails and hints, with hints that
+say when their turn is due (the workload then sends them too), sage disabled and enabled) runs the same
+seeded workload through the
 simulated engine in one process, one after another and then repeated in interleaved rounds, so machine
 noise hits them alike. Only the scheduler calls are timed (not the simulator's own pricing).
 Target: enabled at most 10% more than stock; disabled no measurable difference. sage
@@ -48,6 +49,12 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             }
         },
     ),
+    # Arrival hints that say when their turn is due: the workload sends one 0.3 s before each voice turn
+    # (`HINTED`), each saying the turn is due in 0.3 s; the pace is read every step a hint is open.
+    "make-room + hints due (sent)": (
+        "make-room",
+        {"make_room": {"enabled": True, "window_tokens": 48, "hint_window_s": 1.0}},
+    ),
     # Holding only while at risk: the pace is read and updated every step, each window's risk judged.
     "make-room + at risk (0.55 s)": (
         "make-room",
@@ -74,6 +81,23 @@ def workload(agents: int, seed: int) -> list[SimRequest]:
             SimRequest(f"v{i}", rng.uniform(0, 120), tuple(streams.take(f"v{i}", n)), 40, 0, "voice")
         )
     return requests
+
+
+HINTED = {"make-room + hints due (sent)"}
+HINT_LEAD_S = 0.3
+
+
+def with_hints(requests: list[SimRequest]) -> list[SimRequest]:
+    """`requests` and, `HINT_LEAD_S` before each voice request, its arrival hint saying it is due then."""
+    extra = {"flatshare_hint": "turn", "flatshare_hint_in_s": HINT_LEAD_S}
+    hints = [
+        SimRequest(
+            f"{r.id}-hint", max(r.arrival_s - HINT_LEAD_S, 0.0), (11, 12, 13), 1, 0, "hint", extra_args=extra
+        )
+        for r in requests
+        if r.cls == "voice"
+    ]
+    return [*requests, *hints]
 
 
 def _timed(fn: Callable[..., Any], samples: list[float]) -> Callable[..., Any]:
@@ -112,7 +136,8 @@ def main() -> None:
     results: dict[str, list[float]] = {name: [] for name in CASES}
     for _ in range(args.rounds):
         for name, (scheduler, additional) in CASES.items():
-            results[name].extend(measure(scheduler, additional, requests))
+            sent = with_hints(requests) if name in HINTED else requests
+            results[name].extend(measure(scheduler, additional, sent))
     stock_mean = statistics.fmean(results["stock"])
     print(f"{'case':<30}{'steps':>8}{'mean us':>10}{'p50 us':>10}{'p99 us':>10}{'vs stock':>10}")
     for name, samples in results.items():

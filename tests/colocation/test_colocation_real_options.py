@@ -24,6 +24,11 @@ BASE = ["experiment", "colocation", "--quick"]
         (["--engine", "gpu"], "--engine must be sim or vllm"),
         (["--model", "m"], "--model, --vllm-arg and --dry-run go with --engine vllm"),
         (["--engine", "vllm", "--model", "m", "--device", "tpu"], "--device must be cpu, gpu or auto"),
+        (
+            ["--engine", "vllm", "--model", "m", "--asr-spread", "0.37"],
+            "--asr-spread goes with the simulated",
+        ),
+        (["--asr-spread", "3"], "asr_final_spread must be in [0, 2]"),
     ],
 )
 def test_bad_options_stop_before_any_run(tmp_path: Path, extra: list[str], words: str) -> None:

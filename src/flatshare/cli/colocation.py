@@ -101,7 +101,8 @@ def experiment_colocation(
         float | None,
         typer.Option(
             help="The voice recogniser's final-transcript delay varies by turn: lognormal sigma about its "
-            "0.3 s median (0.37: AssemblyAI's published p90/median) [write-up preset: 0, constant].",
+            "0.3 s median (0.37: AssemblyAI's published p90/median); simulated engine only [write-up preset: 0, "
+            "constant].",
         ),
     ] = None,
     scale: Annotated[
@@ -176,6 +177,10 @@ def experiment_colocation(
         setup = colocation_setup(engine_options, changes)
         if not real and (model or vllm_arg or dry_run):
             raise ValueError("--model, --vllm-arg and --dry-run go with --engine vllm")
+        if real and asr_spread:
+            raise ValueError(
+                "--asr-spread goes with the simulated engine (the real-engine replay sends turns at fixed delays)"
+            )
         plan = colocation_plan(
             setup,
             quick=quick,
