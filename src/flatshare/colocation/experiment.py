@@ -171,11 +171,11 @@ PROTECTED_KV_CONDITIONS = (
 # ending at the first sentence, then with the hold of a decoding reply dropped while its first sentence is
 # due before the deadline (seconds after the request reaches vLLM; the voice target's engine share is about
 # 0.65 s on the write-up preset: a 1.96 s target less the 1.25 s pipeline and the 0.06 s API pass).
-STACK_SENTENCE = {**TAIL, **HINT, **SENTENCE}
+STACK_SENTENCE: dict[str, Any] = {**TAIL, **HINT, **SENTENCE}
 STACK_SENTENCE_KEY = "make-room-t48-syncload-tierkeep-tail-hint-sentence"
 
 
-def _stack_sentence(suffix: str, hint_in_quantile: float | None = None, **make_room: Any) -> Condition:
+def _stack_sentence(suffix: str, *, hint_in_quantile: float | None = None, **make_room: Any) -> Condition:
     """The connector stack over make-room T=48 with `make_room`'s settings, its hints sent at the end of
     speech (and saying when their turn is due, with `hint_in_quantile`): `STACK_SENTENCE_KEY` + `suffix`."""
     return Condition(
@@ -202,10 +202,13 @@ AT_RISK_CONDITIONS = (
 # hint's hold only once a chunk scheduled then could still run when the turn arrives. Their hint windows
 # are 1 s, past a varying recogniser's slowest turns (0.71 s at its 99th percentile with `--asr-spread
 # 0.37`), which a 0.5 s window leaves unprotected; `-w1` is the stack with that window and no due time.
-HINT_W1 = {**TAIL, "hint_window_s": 1.0, **SENTENCE}
+HINT_W1: dict[str, Any] = {**TAIL, "hint_window_s": 1.0, **SENTENCE}
 HINT_DUE_CONDITIONS = (
     _stack_sentence("-w1", **HINT_W1),
-    *(_stack_sentence(f"-hintdue{name}", q, **HINT_W1) for name, q in (("", 0.5), ("-p10", 0.1))),
+    *(
+        _stack_sentence(f"-hintdue{name}", hint_in_quantile=q, **HINT_W1)
+        for name, q in (("", 0.5), ("-p10", 0.1))
+    ),
 )
 SWEEP_CONDITIONS = tuple(
     Condition(f"make-room-t{t}", "make-room", additional_config=_mr(t), window_tokens=t)
