@@ -45,8 +45,7 @@ class VoicePipeline:
         if self.asr_final_spread == 0:
             return self.asr_final_s
         digest = int.from_bytes(hashlib.blake2b(turn_id.encode(), digest_size=8).digest(), "big")
-        z = NormalDist().inv_cdf((digest + 0.5) / 2**64)
-        return self.asr_final_s * math.exp(self.asr_final_spread * z)
+        return self.asr_final_quantile((digest + 0.5) / 2**64)
 
     def asr_final_quantile(self, q: float) -> float:
         """The delay's `q` quantile (what a voice agent learns of its recogniser from its own turns)."""

@@ -12,8 +12,8 @@ the next protected arrival (FIFO); a hint no turn follows holds for `hint_window
 A hint may also say when the turn is due: `"flatshare_hint_in_s": 0.2` (seconds from the hint; the voice
 agent's own estimate, for example the low end of its recogniser's usual final-transcript delay). The hold
 then starts only once a lower-priority chunk scheduled now could still be running when the turn arrives:
-from `due - lead`, where `lead` is the measured end of the step being scheduled (`pace.step_end_s`: the
-step in flight, under asynchronous scheduling, then a chunk step), until then the steps run as without
+from `due - lead`, where `lead` is the measured end of the step being scheduled (`StepPace.chunk_end_s`:
+the step in flight, under asynchronous scheduling, then a chunk step), until then the steps run as without
 the hint. A turn that arrives earlier than said still fulfils the hint and is protected as any turn is.
 A missing, negative, non-numeric or non-finite value counts as 0 (hold from the hint, the safe side).
 

@@ -113,7 +113,9 @@ FIELDS: dict[str, TraceField] = {
         "list", "hint", "protected requests that arrived while a hint's window was open"
     ),
     "hints_expired": TraceField("int", "hint", "hint windows that ended without a protected arrival"),
-    "hint_open": TraceField("int", "hint", "hint windows open in this step (their hold applies)"),
+    "hint_open": TraceField(
+        "int", "hint", "hint windows open in this step (their hold applies; those not yet due: hint_waiting)"
+    ),
     "hint_waiting": TraceField(
         "int",
         "hint",
