@@ -55,3 +55,20 @@ def test_kept_keys_past_the_share_count_as_ordinary() -> None:
 def test_a_plain_lru_without_protected_requests() -> None:
     policy = _policy(["a", "b", "c"], kept=[])
     assert _evicted(policy, 2) == ["a", "b"]
+
+
+def test_a_preempted_requests_keys_are_held_until_it_is_back() -> None:
+    policy = _policy(["v1", "v2", "o1", "o2"], kept=[])
+    assert policy.hold("victim", ["v1", "v2", "gone"]) == 2 and policy.held_keys == 2  # type: ignore[list-item]
+    assert _evicted(policy, 2) == ["o1", "o2"]
+    policy.release("victim")
+    assert policy.held_keys == 0
+    # Held, v1 became the most recent of the two (vLLM's touch order): the victim's tail goes first.
+    assert _evicted(policy, 1) == ["v2"]
+
+
+def test_held_keys_past_the_share_lose_the_victims_tail_first() -> None:
+    policy = _policy(["v1", "v2", "v3", "o1"], kept=[], share=0.5)  # 2 of 4 spared at most
+    policy.hold("victim", ["v1", "v2", "v3"])  # type: ignore[list-item]
+    assert _evicted(policy, 2) == ["o1", "v3"]
+    assert policy.held_keys == 2

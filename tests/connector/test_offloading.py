@@ -142,3 +142,36 @@ def test_a_whole_prompt_hit_stops_one_token_short() -> None:
 def test_keeping_the_prefix_needs_the_policy() -> None:
     with pytest.raises(ProtectedKvConfigError, match=POLICY_NAME):
         _scheduler({"flatshare_protected": {"keep_in_tier": True}})
+
+
+def test_a_preempted_request_is_held_in_the_tier_until_it_loads_back() -> None:
+    """vLLM preempts the least important of three growing decodes; its stored prompt is held in the tier
+    until it is admitted again, loads it back and ends the hold."""
+    scheduler = _scheduler({"flatshare_protected": {"keep_preempted": True}, **POLICY})
+    policy = scheduler.connector.scheduler.manager._policy  # type: ignore[union-attr]
+    assert isinstance(policy, KeepProtectedLRU)
+    worker, factory = _Worker(scheduler), RequestFactory(BLOCK)
+    calls = (("agent", 100, 1), ("voice1", 3000, 0), ("voice2", 5000, 0))
+    for rid, first, priority in calls:
+        request = _request(factory, rid, tuple(range(first, first + 1200 + 200 * (priority == 0))), priority)
+        request.max_tokens = 200  # all three together outgrow the 255 blocks
+        scheduler.add_request(request)
+    preempted_at = None
+    for i in range(400):
+        output = worker.step()
+        if "agent" in (output.preempted_req_ids or ()):
+            preempted_at = i
+            break
+    assert preempted_at is not None, "vLLM preempted the agent for the voice requests' growth"
+    assert policy.held_keys == 1200 // BLOCK
+    while scheduler.requests["agent"].status != RequestStatus.WAITING_FOR_REMOTE_KVS:
+        worker.step()
+    assert policy.held_keys == 0, "its load pins what it reads: the hold has ended"
+    assert scheduler.requests["agent"].num_computed_tokens >= 1200 - BLOCK
+    while "agent" in scheduler.requests:
+        worker.step()
+
+
+def test_holding_preempted_requests_needs_the_policy() -> None:
+    with pytest.raises(ProtectedKvConfigError, match=POLICY_NAME):
+        _scheduler({"flatshare_protected": {"keep_preempted": True}})

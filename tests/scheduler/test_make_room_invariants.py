@@ -3,7 +3,8 @@
 Each example draws requests (mixed priorities, shared prefixes, prompt and output lengths, LoRA adapters)
 and an engine (`max_num_seqs` 1-8, KV from scarce to ample, fcfs or priority, a chunked-prefill cap,
 chunked prefill off, a watermark, `max_loras`, a parallel drafter's slots, the CPU tier with loads that
-fail under either failure policy and either report, sync or async scheduling) and make-room settings,
+fail under either failure policy and either report and with its connector's settings (preempted requests
+held in the tier; every protected-KV setting), sync or async scheduling) and make-room settings,
 runs stock vLLM and make-room on the same inputs, and checks:
 - no exception out of `schedule()`, the engine never stalls, and every request finishes with all its
   tokens (or, under the "fail" policy, fails with its load), with no block left held;
@@ -58,6 +59,7 @@ settings.register_profile("soak", max_examples=3000, deadline=None, suppress_hea
 PROFILE = os.environ.get("FLATSHARE_INVARIANTS", "ci")
 
 MAX_STEPS = 40_000
+ALL_PROTECTED_KV = {"sync_load": True, "keep_in_tier": True, "keep_preempted": True}
 LOADING = RequestStatus.WAITING_FOR_REMOTE_KVS  # admitted, its blocks held while a CPU-tier load runs
 BLOCK = 16
 
@@ -118,6 +120,10 @@ def scenarios(draw: st.DrawFn, priorities: tuple[int, ...] = (0, 1, 5, 10)) -> S
     chunked = draw(st.sampled_from([True, True, True, False]))
     tier = draw(st.sampled_from([0, 0, 8192]))
     failures = draw(st.sampled_from([0.0, 0.0, 0.3])) if tier else 0.0
+    # The tier's connector settings: none, preempted requests held in the tier, or every protected-KV one.
+    connector = (
+        draw(st.sampled_from([{}, {}, {"keep_preempted": True}, dict(ALL_PROTECTED_KV)])) if tier else {}
+    )
     engine = EngineConfig(
         kv_tokens=kv_tokens,
         max_model_len=model_len,
@@ -136,6 +142,7 @@ def scenarios(draw: st.DrawFn, priorities: tuple[int, ...] = (0, 1, 5, 10)) -> S
         kv_load_failure_policy=draw(st.sampled_from(["fail", "recompute"])),
         cpu_tier_load_failures=failures,
         cpu_tier_failure_report=draw(st.sampled_from(["request", "blocks"])),
+        cpu_tier_connector={"flatshare_protected": connector} if connector else {},
     )
     make_room = {
         "enabled": True,

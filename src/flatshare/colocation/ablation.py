@@ -102,6 +102,12 @@ EDGES = (
         "make-room-t48-syncload-tierkeep-tail-hint-sentence-w1",
         "hints say the turn is due in the recogniser's 10th-percentile delay; the hold starts a chunk step before",
     ),
+    # Preempted requests held in the CPU tier until they come back (`keep_preempted`).
+    Edge(
+        "make-room-t48-syncload-tierkeep-tail-hint-sentence-hintdue-keepvictims",
+        "make-room-t48-syncload-tierkeep-tail-hint-sentence-hintdue",
+        "the CPU tier holds preempted requests' blocks until they come back",
+    ),
     # The ride (`hold_ride_*`), over T=48 and over the pin stack.
     *(
         Edge(f"{base}-{ride}", base, f"held agent prefill rides, {adds}")

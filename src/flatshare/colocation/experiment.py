@@ -175,16 +175,23 @@ STACK_SENTENCE: dict[str, Any] = {**TAIL, **HINT, **SENTENCE}
 STACK_SENTENCE_KEY = "make-room-t48-syncload-tierkeep-tail-hint-sentence"
 
 
-def _stack_sentence(suffix: str, *, hint_in_quantile: float | None = None, **make_room: Any) -> Condition:
+def _stack_sentence(
+    suffix: str,
+    *,
+    hint_in_quantile: float | None = None,
+    cpu_tier: Mapping[str, Any] = SYNC_KEEP,
+    **make_room: Any,
+) -> Condition:
     """The connector stack over make-room T=48 with `make_room`'s settings, its hints sent at the end of
-    speech (and saying when their turn is due, with `hint_in_quantile`): `STACK_SENTENCE_KEY` + `suffix`."""
+    speech (and saying when their turn is due, with `hint_in_quantile`), the CPU tier's connector set by
+    `cpu_tier`: `STACK_SENTENCE_KEY` + `suffix`."""
     return Condition(
         f"{STACK_SENTENCE_KEY}{suffix}",
         "make-room",
         additional_config=_mr(48, **make_room),
         hint_lead_s=HINT_LEAD_S,
         hint_in_quantile=hint_in_quantile,
-        cpu_tier_connector=SYNC_KEEP,
+        cpu_tier_connector=cpu_tier,
     )
 
 
@@ -209,6 +216,15 @@ HINT_DUE_CONDITIONS = (
         _stack_sentence(f"-hintdue{name}", hint_in_quantile=q, **HINT_W1)
         for name, q in (("", 0.5), ("-p10", 0.1))
     ),
+)
+# Preempted requests held in the CPU tier until they come back (`keep_preempted`, docs/make-room.md): a
+# victim's prefill is loaded back instead of recomputed. Over the best stack (hints due in the median
+# delay), and stock vLLM with the same connector setting, so that what the setting alone gives shows.
+KEEP_PREEMPTED = {"flatshare_protected": {"keep_preempted": True}}
+SYNC_KEEP_PREEMPTED = {"flatshare_protected": {**SYNC_KEEP["flatshare_protected"], "keep_preempted": True}}
+KEEP_PREEMPTED_CONDITIONS = (
+    Condition("vllm-priority-keepvictims", cpu_tier_connector=KEEP_PREEMPTED),
+    _stack_sentence("-hintdue-keepvictims", hint_in_quantile=0.5, cpu_tier=SYNC_KEEP_PREEMPTED, **HINT_W1),
 )
 SWEEP_CONDITIONS = tuple(
     Condition(f"make-room-t{t}", "make-room", additional_config=_mr(t), window_tokens=t)
@@ -307,6 +323,7 @@ def pick_conditions(keys: str) -> tuple[Condition, ...]:
         + PROTECTED_KV_CONDITIONS
         + AT_RISK_CONDITIONS
         + HINT_DUE_CONDITIONS
+        + KEEP_PREEMPTED_CONDITIONS
     )
     wanted = [k.strip() for k in keys.split(",") if k.strip()]
     unknown = sorted(set(wanted) - {c.key for c in every})

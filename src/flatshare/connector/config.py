@@ -40,17 +40,21 @@ class ProtectedKvConfig:
     `keep_in_tier`: blocks a protected request stored, loaded or reused are evicted from the CPU tier
     only when no other block can be (least recently used first within each kind), so a burst of agent
     stores does not push the protected prefix out.
-    `max_kept_share`: at most this share of the tier is kept so; beyond it the least recently used kept
-    blocks are evicted as ordinary ones (1.0: no limit).
+    `keep_preempted`: the blocks a preempted request (of any priority: vLLM's own preemptions and
+    make-room's) has in the tier are evicted only after ordinary ones until it is scheduled again or
+    ends, so that it comes back by a load rather than by recomputing its prefill.
+    `max_kept_share`: at most this share of the tier is kept or held so; beyond it the least recently used
+    such blocks are evicted as ordinary ones (1.0: no limit).
     """
 
     sync_load: bool = False
     keep_in_tier: bool = False
+    keep_preempted: bool = False
     protect_priority: int = 0
     max_kept_share: float = 0.5
 
     def __post_init__(self) -> None:
-        for name in ("sync_load", "keep_in_tier"):
+        for name in ("sync_load", "keep_in_tier", "keep_preempted"):
             if not isinstance(getattr(self, name), bool):
                 raise ProtectedKvConfigError(
                     f"{CONFIG_KEY}.{name} must be true or false, got {getattr(self, name)!r}"
@@ -66,7 +70,12 @@ class ProtectedKvConfig:
 
     @property
     def enabled(self) -> bool:
-        return self.sync_load or self.keep_in_tier
+        return self.sync_load or self.keep_in_tier or self.keep_preempted
+
+    @property
+    def spares(self) -> bool:
+        """Whether the tier's eviction spares some blocks (kept or held)."""
+        return self.keep_in_tier or self.keep_preempted
 
     def protects(self, priority: int) -> bool:
         return priority <= self.protect_priority

@@ -1,4 +1,5 @@
-"""`KeepProtectedLRU`: vLLM's CPU-tier LRU policy that evicts a protected request's blocks last.
+"""`KeepProtectedLRU`: vLLM's CPU-tier LRU policy that evicts a protected request's blocks last, and a
+preempted request's blocks after ordinary ones until it comes back.
 
 vLLM 0.32's CPU offloading manager takes its cache policy by name from the connector's extra config
 (`eviction_policy`, and `cache_policy_module_path` for one outside vLLM: `CachePolicyFactory`). This one is
@@ -35,10 +36,35 @@ class KeepProtectedLRU(LRUCachePolicy):
         self.max_kept_share = 0.5
         """Set by the connector from `flatshare_protected.max_kept_share`."""
         self._kept: set[OffloadKey] = set()
+        self._held: dict[str, set[OffloadKey]] = {}  # preempted request -> its keys, until it is back
 
     @property
     def kept_keys(self) -> int:
         return len(self._kept.intersection(self.chunks))
+
+    @property
+    def held_keys(self) -> int:
+        """Keys held for preempted requests and still in the tier."""
+        return len(self._held_keys().intersection(self.chunks))
+
+    def _held_keys(self) -> set[OffloadKey]:
+        return set().union(*self._held.values())
+
+    def hold(self, owner: str, keys: Iterable[OffloadKey]) -> int:
+        """Spare `keys` (in prefix order) in the tier for `owner`, a preempted request, until
+        `release(owner)` (a second hold replaces the first). They become the most recent keys, the first
+        the most recent of all (vLLM's `touch` order), so that past the cap a hit loses its tail rather
+        than its head. Returns how many of them the tier holds."""
+        ordered = [key for key in dict.fromkeys(keys) if key in self.chunks]
+        self._update_recency(reversed(ordered))  # as vLLM's touch: past the cap the tail goes first
+        self._held.pop(owner, None)
+        if ordered:
+            self._held[owner] = set(ordered)
+        return len(ordered)
+
+    def release(self, owner: str) -> None:
+        """`owner` is back (or ended): its keys are ordinary again, unless kept or held by another."""
+        self._held.pop(owner, None)
 
     def _keep(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
         if req_context.get_state(ProtectedRequest) is not None:
@@ -62,17 +88,21 @@ class KeepProtectedLRU(LRUCachePolicy):
     def remove(self, key: OffloadKey) -> None:
         super().remove(key)
         self._kept.discard(key)
+        for held in self._held.values():
+            held.discard(key)
 
     def clear(self) -> None:
         super().clear()
         self._kept.clear()
+        self._held.clear()
 
     def _kept_within_cap(self) -> set[OffloadKey]:
         self._kept.intersection_update(self.chunks)
+        spared = self._kept | self._held_keys().intersection(self.chunks)
         cap = int(self.cache_capacity * self.max_kept_share)
-        if len(self._kept) <= cap:
-            return self._kept
-        recent = sorted(self._kept, key=self._ranks.__getitem__, reverse=True)
+        if len(spared) <= cap:
+            return spared
+        recent = sorted(spared, key=self._ranks.__getitem__, reverse=True)
         return set(recent[:cap])
 
     def evict(self, n: int, protected: set[OffloadKey]) -> list[tuple[OffloadKey, ChunkStatus]] | None:
@@ -90,5 +120,8 @@ class KeepProtectedLRU(LRUCachePolicy):
             assert rest is not None, "enough evictable keys were counted"
             victims = first + rest
         if victims is not None:
-            self._kept.difference_update(key for key, _ in victims)
+            gone = {key for key, _ in victims}
+            self._kept.difference_update(gone)
+            for held in self._held.values():
+                held.difference_update(gone)
         return victims

@@ -8,6 +8,10 @@ schedules the rest of the prompt in the same step (`has_sync_kv_loads`). The loa
 (`update_state_after_alloc`); `build_connector_meta` names it in `ProtectedOffloadingMetadata`'s
 `sync_load_jobs`. `keep_in_tier`: a protected request's `ReqContext` carries `ProtectedRequest`, which the
 CPU manager's cache policy (`KeepProtectedLRU`) reads; the extra config must name that policy.
+`keep_preempted`: when a step's output names a request preempted, the policy holds the offload keys it
+stored or loaded (`KeepProtectedLRU.hold`; its pending stores are flushed before the step, as vLLM's); the
+hold ends when the request is scheduled again, when its load is planned (the load pins what it reads) or
+when it finishes. Needs the same policy.
 
 Worker side. vLLM's model runner calls `start_load_kv` before the forward when the step has synchronous
 loads (`KVConnectorModelRunnerMixin._get_kv_connector_output`, `has_sync_kv_loads`; the V2 runner's
@@ -26,6 +30,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from vllm.distributed.kv_transfer.kv_connector.utils import yield_req_data
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata, KVConnectorRole
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import OffloadingConnectorMetadata
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import OffloadingConnector
@@ -36,6 +41,7 @@ from flatshare.connector.keep_policy import POLICY_MODULE, POLICY_NAME, KeepProt
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.forward_context import ForwardContext
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
@@ -62,23 +68,25 @@ class FlatshareOffloadingConnector(OffloadingConnector):
         transfer = vllm_config.kv_transfer_config
         extra = (transfer.kv_connector_extra_config if transfer is not None else None) or {}
         self.protected = ProtectedKvConfig.from_extra_config(extra)
-        if self.protected.keep_in_tier and (
+        if self.protected.spares and (
             extra.get("eviction_policy") != POLICY_NAME
             or extra.get("cache_policy_module_path") != POLICY_MODULE
         ):
             raise ProtectedKvConfigError(
-                f"{CONFIG_KEY}.keep_in_tier needs the tier's policy: set "
+                f"{CONFIG_KEY}.keep_in_tier and keep_preempted need the tier's policy: set "
                 f'"eviction_policy": "{POLICY_NAME}", "cache_policy_module_path": "{POLICY_MODULE}"'
             )
         super().__init__(vllm_config, role, kv_cache_config)
         self._sync_requests: set[str] = set()  # this step's synchronous hits
-        if role == KVConnectorRole.SCHEDULER and self.protected.keep_in_tier:
+        self._policy: KeepProtectedLRU | None = None
+        if role == KVConnectorRole.SCHEDULER and self.protected.spares:
             policy = getattr(self.scheduler.manager, "_policy", None)
             if not isinstance(policy, KeepProtectedLRU):
                 raise ProtectedKvConfigError(
-                    f"{CONFIG_KEY}.keep_in_tier: the CPU tier's manager has no {POLICY_NAME}"
+                    f"{CONFIG_KEY}.keep_in_tier / keep_preempted: the CPU tier's manager has no {POLICY_NAME}"
                 )
             policy.max_kept_share = self.protected.max_kept_share
+            self._policy = policy
 
     def _loads_sync(self, request: Request) -> bool:
         return self.protected.sync_load and self.protected.protects(request.priority)
@@ -107,8 +115,40 @@ class FlatshareOffloadingConnector(OffloadingConnector):
             return hits, False
         return hits, load_async
 
+    def update_state_after_alloc(
+        self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int
+    ) -> None:
+        super().update_state_after_alloc(request, blocks, num_external_tokens)
+        if num_external_tokens and self._policy is not None:
+            self._policy.release(request.request_id)  # back: its load pins what it reads
+
+    def _holds(self, scheduler_output: SchedulerOutput) -> None:
+        """`keep_preempted`: end the holds of requests scheduled again or finished; hold the keys of the
+        requests this step preempted (after `build_connector_meta`, which flushes their stores)."""
+        policy = self._policy
+        if policy is None or not self.protected.keep_preempted:
+            return
+        for req_id, _, resumed in yield_req_data(scheduler_output):
+            if resumed:
+                policy.release(req_id)
+        for req_id in scheduler_output.finished_req_ids or ():
+            policy.release(req_id)
+        states = self.scheduler._req_status
+        for req_id in scheduler_output.preempted_req_ids or ():
+            state = states.get(req_id)
+            if state is None:
+                continue
+            keys = (
+                key
+                for group in state.group_states
+                for key in group.offload_keys[: group.next_stored_chunk_idx]
+            )
+            held = policy.hold(req_id, keys)
+            logger.debug("keep_preempted: %s holds %d chunks in the tier", req_id, held)
+
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
         meta = super().build_connector_meta(scheduler_output)
+        self._holds(scheduler_output)
         assert isinstance(meta, OffloadingConnectorMetadata)
         sync = {job_id for job_id, job in meta.load_jobs.items() if job.req_id in self._sync_requests}
         self._sync_requests.clear()

@@ -46,7 +46,8 @@ that allocates its blocks (`has_sync_kv_loads`) and the worker loads the blocks 
 forward; the load is a job like any other (the tier pins its blocks, the scheduler side sees it
 complete through `completed_jobs`) but is never named in `finished_recving` (the request is running).
 `keep_in_tier` marks the blocks a protected request stores, loads or reuses as kept in the tier
-(`CpuKvTier.keep`).
+(`CpuKvTier.keep`). `keep_preempted` holds a preempted request's blocks in the tier (`CpuKvTier.hold`,
+when a step's output names it preempted) until it is scheduled again, loads them back, or ends.
 
 The simulator's simplifications: a job takes `tokens * kv_bytes_per_token / cpu_load_bytes_per_s`
 (the profile's link; the same rate both ways, each direction on its own queue); a step's stores are
@@ -137,6 +138,9 @@ class ConnectorCounters:
     sync_loads: int = 0
     """Loads (of `loads`) of protected requests made synchronous (`sync_load`)."""
     sync_loaded_tokens: int = 0
+    held_preempted: int = 0
+    """Preempted requests whose blocks the tier held for their return (`keep_preempted`)."""
+    held_blocks: int = 0
 
 
 @dataclass
@@ -172,7 +176,7 @@ class SimCpuTierConnector(KVConnectorBase_V1):
         extra = transfer.kv_connector_extra_config or {}
         self.protected = ProtectedKvConfig.from_extra_config(extra)
         blocks = int(extra["cpu_tier_blocks"])
-        kept = int(blocks * self.protected.max_kept_share) if self.protected.keep_in_tier else 0
+        kept = int(blocks * self.protected.max_kept_share) if self.protected.spares else 0
         self.tier = CpuKvTier(blocks, max_kept_blocks=kept)
         self.block_size = vllm_config.cache_config.block_size
         self.offload_prompt_only = bool(extra.get("offload_prompt_only", True))
@@ -250,6 +254,7 @@ class SimCpuTierConnector(KVConnectorBase_V1):
         if num_external_tokens == 0:
             return
         state = self._states[request.request_id]
+        self.tier.release(request.request_id)  # back: its load pins what it reads
         self._batch_allocated.update(b for b in blocks.get_block_ids()[0] if b != 0)
         start = state.local_tokens // self.block_size
         end = (state.local_tokens + num_external_tokens) // self.block_size
@@ -284,6 +289,7 @@ class SimCpuTierConnector(KVConnectorBase_V1):
                 continue
             if resumed:
                 state.block_ids.clear()
+                self.tier.release(req_id)
             if new_block_ids:
                 state.block_ids.extend(new_block_ids[0])
                 self._batch_allocated.update(b for b in new_block_ids[0] if b != 0)
@@ -291,6 +297,8 @@ class SimCpuTierConnector(KVConnectorBase_V1):
             preempted = self._states.get(req_id)
             if preempted is not None:
                 self._batch_flush.update(preempted.jobs)
+                if self.protected.keep_preempted:
+                    self._hold(preempted)
         if self._fences:
             for block_id in self._batch_allocated.intersection(self._fences):
                 self._batch_flush.update(self._fences[block_id])
@@ -300,6 +308,7 @@ class SimCpuTierConnector(KVConnectorBase_V1):
             if finished is None:
                 continue
             finished.finished_signaled = True
+            self.tier.release(req_id)
             hashes = finished.request.block_hashes
             used = [hashes[i] for i in sorted(finished.used) if i < len(hashes)]
             self.tier.touch(used)
@@ -309,6 +318,16 @@ class SimCpuTierConnector(KVConnectorBase_V1):
                 del self._states[req_id]
         self._batch_loads, self._batch_flush, self._batch_allocated = {}, set(), set()
         return meta
+
+    def _hold(self, state: _RequestState) -> None:
+        """Hold what a preempted request stored or used in the tier until it comes back (its pending
+        stores are flushed before the step runs, so they complete as held blocks)."""
+        hashes = state.request.block_hashes
+        used = [hashes[i] for i in range(min(state.next_stored, len(hashes)))]
+        held = self.tier.hold(state.request.request_id, used)
+        if held:
+            self.counters.held_preempted += 1
+            self.counters.held_blocks += held
 
     def _build_store_jobs(self, scheduler_output: SchedulerOutput) -> dict[int, TransferJob]:
         jobs: dict[int, TransferJob] = {}

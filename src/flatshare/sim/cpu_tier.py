@@ -18,17 +18,18 @@ class keeps the same states for each block hash (one offloaded chunk is one GPU 
   finishes (`touch`: the manager's `on_request_finished` ranks the request's blocks so its first block
   is the most recent of them). Lookups leave recency alone.
 
-With `max_kept_blocks` > 0 (the connector's `keep_in_tier`, `flatshare.connector.config`), blocks marked
-`keep` (a protected request's) are evicted only when too few other blocks can be, each kind least recently
-used first; kept blocks beyond `max_kept_blocks` (the least recently used) count as ordinary. vLLM's side
-is `flatshare.connector.keep_policy`, a cache policy of its CPU manager.
+With `max_kept_blocks` > 0 (the connector's `keep_in_tier` or `keep_preempted`, `flatshare.connector.config`),
+blocks marked `keep` (a protected request's) or `hold` (a preempted request's, until `release` when it
+comes back or ends) are evicted only when too few other blocks can be, each kind least recently used first;
+kept or held blocks beyond `max_kept_blocks` (the least recently used) count as ordinary. vLLM's side is
+`flatshare.connector.keep_policy`, a cache policy of its CPU manager.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -41,7 +42,7 @@ class TierCounters:
     dropped_blocks: int = 0
     """Blocks offered for a store the tier could not make room for."""
     kept_evicted_blocks: int = 0
-    """Kept blocks (a protected request's) evicted: nothing else could be, or over `max_kept_blocks`."""
+    """Kept or held blocks evicted: nothing else could be, or over `max_kept_blocks`."""
     kept_spared_blocks: int = 0
     """Evictable kept blocks an eviction passed over, taking ordinary ones in their place."""
 
@@ -51,10 +52,16 @@ class _Block:
     ready: bool = False
     pins: int = 0
     kept: bool = False
+    holders: set[str] = field(default_factory=set)  # preempted requests that hold it for their return
 
     @property
     def evictable(self) -> bool:
         return self.ready and self.pins == 0
+
+    @property
+    def spared(self) -> bool:
+        """Evicted after ordinary blocks: a protected request's, or held for a preempted one."""
+        return self.kept or bool(self.holders)
 
 
 class CpuKvTier:
@@ -67,7 +74,8 @@ class CpuKvTier:
             raise ValueError("max_kept_blocks must be in [0, capacity_blocks]")
         self.capacity_blocks = capacity_blocks
         self.max_kept_blocks = max_kept_blocks
-        self._kept = 0
+        self._kept = 0  # spared blocks: kept or held
+        self._held: dict[str, tuple[Hashable, ...]] = {}  # preempted request -> the blocks it holds
         self._blocks: OrderedDict[Hashable, _Block] = OrderedDict()  # least recently used first
         self.counters = TierCounters()
 
@@ -114,7 +122,7 @@ class CpuKvTier:
                 self.counters.dropped_blocks += len(new)
                 return None
             for block_hash in victims:
-                self._kept -= self._blocks.pop(block_hash).kept
+                self._kept -= self._blocks.pop(block_hash).spared
             self.counters.evicted_blocks += len(victims)
         for block_hash in new:
             self._blocks[block_hash] = _Block()
@@ -129,8 +137,8 @@ class CpuKvTier:
         for block_hash, block in self._blocks.items():
             if len(ordinary) == excess:
                 break
-            as_kept = block.kept and over <= 0
-            over -= block.kept
+            as_kept = block.spared and over <= 0
+            over -= block.spared
             if not block.evictable or block_hash in offered:
                 continue
             (kept if as_kept else ordinary).append(block_hash)
@@ -139,7 +147,7 @@ class CpuKvTier:
             return None
         spared = len(kept) - (excess - len(ordinary))
         self.counters.kept_spared_blocks += spared if spared > 0 and ordinary else 0
-        self.counters.kept_evicted_blocks += sum(self._blocks[h].kept for h in victims)
+        self.counters.kept_evicted_blocks += sum(self._blocks[h].spared for h in victims)
         return victims
 
     def keep(self, hashes: Iterable[Hashable]) -> None:
@@ -149,12 +157,44 @@ class CpuKvTier:
         for block_hash in hashes:
             block = self._blocks.get(block_hash)
             if block is not None and not block.kept:
+                self._kept += not block.spared
                 block.kept = True
-                self._kept += 1
+
+    def hold(self, owner: str, hashes: Iterable[Hashable]) -> int:
+        """Spare the held blocks among `hashes` (in prefix order) for `owner`, a preempted request, until
+        `release(owner)` (`max_kept_blocks` > 0; a second hold by the same owner replaces the first). They
+        become the most recent blocks, the first of them the most recent of all (as `touch`), so that
+        past the cap a hit loses its tail rather than its head. Returns how many blocks it holds."""
+        self.release(owner)
+        if self.max_kept_blocks == 0:
+            return 0
+        held = tuple(h for h in dict.fromkeys(hashes) if h in self._blocks)
+        self.touch(held)  # its first block the most recent: past the cap its tail goes first, not its head
+        for block_hash in held:
+            block = self._blocks[block_hash]
+            self._kept += not block.spared
+            block.holders.add(owner)
+        if held:
+            self._held[owner] = held
+        return len(held)
+
+    def release(self, owner: str) -> None:
+        """`owner` came back (or ended): its held blocks are ordinary again, unless kept or held by another."""
+        for block_hash in self._held.pop(owner, ()):
+            block = self._blocks.get(block_hash)
+            if block is not None and owner in block.holders:
+                block.holders.discard(owner)
+                self._kept -= not block.spared
 
     @property
     def kept_blocks(self) -> int:
+        """Blocks kept or held (spared), within the cap or not."""
         return self._kept
+
+    @property
+    def held_owners(self) -> int:
+        """Preempted requests holding blocks now."""
+        return len(self._held)
 
     def complete_store(self, hashes: Iterable[Hashable]) -> None:
         for block_hash in hashes:

@@ -1,0 +1,107 @@
+"""Preempted requests held in the CPU tier until they come back (`flatshare_protected.keep_preempted`): a
+victim whose blocks a burst of other stores would push out loads them back instead of recomputing them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from flatshare.errors import InputError
+from flatshare.sim.config import EngineConfig
+from flatshare.sim.cpu_tier import CpuKvTier
+from flatshare.sim.requests import SimRequest
+from simkit import req, run
+
+pytestmark = pytest.mark.vllm
+
+HOLD = {"flatshare_protected": {"keep_preempted": True}}
+MAKE_ROOM = {"make_room": {"enabled": True, "window_tokens": 0}}
+
+
+def _stored(tier: CpuKvTier, *keys: str) -> None:
+    for key in keys:
+        tier.prepare_store([key])
+        tier.complete_store([key])
+
+
+def test_held_blocks_go_after_ordinary_ones_until_released() -> None:
+    tier = CpuKvTier(4, max_kept_blocks=4)
+    _stored(tier, "v1", "v2", "o1", "o2")
+    assert tier.hold("victim", ["v1", "v2", "gone"]) == 2  # only what the tier has
+    assert tier.held_owners == 1 and tier.kept_blocks == 2
+    assert tier.prepare_store(["n1", "n2"]) == ["n1", "n2"]
+    assert set(tier._blocks) == {"v1", "v2", "n1", "n2"}, "the ordinary blocks went first"
+    tier.release("victim")
+    assert tier.held_owners == 0 and tier.kept_blocks == 0
+    tier.complete_store(["n1", "n2"])
+    # Held, v1 became the most recent of the two: released, the victim's tail (v2) goes first.
+    assert tier.prepare_store(["n3"]) == ["n3"] and "v2" not in tier and "v1" in tier
+
+
+def test_a_block_two_victims_hold_stays_held_until_both_are_back() -> None:
+    tier = CpuKvTier(3, max_kept_blocks=3)
+    _stored(tier, "shared", "a", "o1")
+    tier.hold("one", ["shared", "a"])
+    tier.hold("two", ["shared"])
+    tier.release("one")
+    assert tier.kept_blocks == 1
+    assert tier.prepare_store(["n1", "n2"]) == ["n1", "n2"]
+    assert "shared" in tier and "a" not in tier
+    tier.release("two")
+    tier.release("two")  # twice: nothing more
+    assert tier.kept_blocks == 0
+
+
+def test_held_blocks_past_the_cap_count_as_ordinary_and_an_evicted_hold_is_counted() -> None:
+    tier = CpuKvTier(3, max_kept_blocks=1)
+    _stored(tier, "v1", "v2", "o1")
+    tier.hold("victim", ["v1", "v2"])  # now o1, v2, v1: v2, the victim's tail, is past the cap
+    assert tier.prepare_store(["n1"]) == ["n1"] and "o1" not in tier
+    tier.complete_store(["n1"])
+    assert tier.prepare_store(["n2"]) == ["n2"] and "v2" not in tier and "v1" in tier
+    assert tier.counters.kept_evicted_blocks == 1
+    tier.release("victim")  # v2 is gone: only v1 to release
+    assert tier.kept_blocks == 0
+
+
+def test_no_cap_no_hold() -> None:
+    tier = CpuKvTier(2)
+    _stored(tier, "a")
+    assert tier.hold("victim", ["a"]) == 0 and tier.held_owners == 0
+
+
+def _victim_and_burst() -> list[SimRequest]:
+    """An agent preempted for a voice turn that decodes for a while; meanwhile other agents (more
+    important than the victim, so admitted before it) store a tier's worth of prompt."""
+    burst = [req(f"b{i}", 1.1 + 0.01 * i, 1200, 1, priority=5) for i in range(4)]
+    return [req("victim", 0.0, 1800, 300, priority=10), req("voice", 1.0, 2400, 200), *burst]
+
+
+def _run(**config: Any) -> Any:
+    return run(
+        _victim_and_burst(),
+        kv_tokens=4096,
+        cpu_tier_tokens=4096,
+        enable_prefix_caching=False,
+        scheduler="make-room",
+        additional_config=MAKE_ROOM,
+        **config,
+    )
+
+
+def test_a_held_victim_comes_back_by_a_load() -> None:
+    lru, held = _run(), _run(cpu_tier_connector=HOLD)
+    for result in (lru, held):
+        victim = next(r for r in result.records if r.id == "victim")
+        assert victim.preemptions == 1 and victim.status == "finished"
+    assert lru.cpu_tier["held_preempted"] == 0
+    assert held.cpu_tier["held_preempted"] == 1 and held.cpu_tier["held_blocks"] == 1800 // 16
+    # Without the hold the burst pushed the victim's blocks out and it recomputed its prompt.
+    assert held.cpu_loaded_tokens - lru.cpu_loaded_tokens >= 1800 - 1800 % 16 - 16
+    assert held.cpu_tier["evicted_blocks"] > 0
+
+
+def test_the_setting_is_validated() -> None:
+    with pytest.raises(InputError, match="keep_preempted must be true or false"):
+        EngineConfig(cpu_tier_tokens=65536, cpu_tier_connector={"flatshare_protected": {"keep_preempted": 1}})
