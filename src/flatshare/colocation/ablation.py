@@ -104,6 +104,11 @@ EDGES = (
     ),
     # Preempted requests held in the CPU tier until they come back (`keep_preempted`).
     Edge(
+        "make-room-t48-keepvictims",
+        _T48,
+        "the CPU tier holds preempted requests' blocks until they come back",
+    ),
+    Edge(
         "make-room-t48-syncload-tierkeep-tail-hint-sentence-hintdue-keepvictims",
         "make-room-t48-syncload-tierkeep-tail-hint-sentence-hintdue",
         "the CPU tier holds preempted requests' blocks until they come back",

@@ -218,12 +218,16 @@ HINT_DUE_CONDITIONS = (
     ),
 )
 # Preempted requests held in the CPU tier until they come back (`keep_preempted`, docs/make-room.md): a
-# victim's prefill is loaded back instead of recomputed. Over the best stack (hints due in the median
-# delay), and stock vLLM with the same connector setting, so that what the setting alone gives shows.
+# victim's prefill is loaded back instead of recomputed. Over make-room T=48 alone, over the best stack
+# (hints due in the median delay), and stock vLLM with the same connector setting, so that what the
+# setting alone gives shows.
 KEEP_PREEMPTED = {"flatshare_protected": {"keep_preempted": True}}
 SYNC_KEEP_PREEMPTED = {"flatshare_protected": {**SYNC_KEEP["flatshare_protected"], "keep_preempted": True}}
 KEEP_PREEMPTED_CONDITIONS = (
     Condition("vllm-priority-keepvictims", cpu_tier_connector=KEEP_PREEMPTED),
+    Condition(
+        "make-room-t48-keepvictims", "make-room", additional_config=_mr(48), cpu_tier_connector=KEEP_PREEMPTED
+    ),
     _stack_sentence("-hintdue-keepvictims", hint_in_quantile=0.5, cpu_tier=SYNC_KEEP_PREEMPTED, **HINT_W1),
 )
 SWEEP_CONDITIONS = tuple(
