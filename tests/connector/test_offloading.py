@@ -175,3 +175,23 @@ def test_a_preempted_request_is_held_in_the_tier_until_it_loads_back() -> None:
 def test_holding_preempted_requests_needs_the_policy() -> None:
     with pytest.raises(ProtectedKvConfigError, match=POLICY_NAME):
         _scheduler({"flatshare_protected": {"keep_preempted": True}})
+
+
+def test_a_held_request_aborted_before_it_is_back_ends_its_hold() -> None:
+    """A client that disconnects while its request waits preempted: the hold ends with the request, so the
+    tier does not keep its blocks for nobody."""
+    scheduler = _scheduler({"flatshare_protected": {"keep_preempted": True}, **POLICY})
+    policy = scheduler.connector.scheduler.manager._policy  # type: ignore[union-attr]
+    assert isinstance(policy, KeepProtectedLRU)
+    worker, factory = _Worker(scheduler), RequestFactory(BLOCK)
+    for rid, first, priority in (("agent", 100, 1), ("voice1", 3000, 0), ("voice2", 5000, 0)):
+        request = _request(factory, rid, tuple(range(first, first + 1200 + 200 * (priority == 0))), priority)
+        request.max_tokens = 200
+        scheduler.add_request(request)
+    for _ in range(400):
+        if "agent" in (worker.step().preempted_req_ids or ()):
+            break
+    assert policy.held_keys == 1200 // BLOCK
+    scheduler.finish_requests("agent", RequestStatus.FINISHED_ABORTED)
+    worker.step()
+    assert policy.held_keys == 0

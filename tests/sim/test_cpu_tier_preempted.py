@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 
 from flatshare.errors import InputError
-from flatshare.sim.config import EngineConfig
+from flatshare.sim.config import EngineConfig, fitting_model_len
 from flatshare.sim.cpu_tier import CpuKvTier
+from flatshare.sim.engine import SimEngine
+from flatshare.sim.profile import load_profile
 from flatshare.sim.requests import SimRequest
 from simkit import req, run
 
@@ -105,3 +107,29 @@ def test_a_held_victim_comes_back_by_a_load() -> None:
 def test_the_setting_is_validated() -> None:
     with pytest.raises(InputError, match="keep_preempted must be true or false"):
         EngineConfig(cpu_tier_tokens=65536, cpu_tier_connector={"flatshare_protected": {"keep_preempted": 1}})
+
+
+def test_every_hold_ends_with_its_request_and_an_aborted_victim_holds_nothing() -> None:
+    """Held while it waits preempted; a client that disconnects then ends the hold with the request."""
+    for aborting in (False, True):
+        abort = aborting
+        config = EngineConfig(
+            kv_tokens=4096,
+            cpu_tier_tokens=4096,
+            enable_prefix_caching=False,
+            scheduler="make-room",
+            additional_config=MAKE_ROOM,
+            cpu_tier_connector=HOLD,
+            max_model_len=fitting_model_len(4096, 16),
+        )
+        engine = SimEngine(config, load_profile())
+        for request in _victim_and_burst():
+            engine.submit(request)
+        held = 0
+        while engine.step() is not None:
+            held = max(held, int(engine.cpu_tier_counters()["held_requests"]))
+            if abort and held and engine.abort("victim"):
+                abort = False
+        assert held == 1, "the victim was held while it waited"
+        assert engine.cpu_tier_counters()["held_requests"] == 0
+        assert engine.record("victim").status == ("aborted" if aborting else "finished")

@@ -341,7 +341,8 @@ class SimEngine:
 
     def cpu_tier_counters(self) -> dict[str, float]:
         """The CPU tier's counters: loads and stores (jobs, tokens, link seconds), flushes (steps that
-        waited, jobs, seconds), tier blocks (stored, hit, evicted, dropped, held now), deferred lookups.
+        waited, jobs, seconds), tier blocks (stored, hit, evicted, dropped, held now), deferred lookups,
+        and `held_requests`: preempted requests whose blocks the tier holds now (`keep_preempted`).
         Empty without the tier."""
         if self._tier is None or self._worker is None:
             return {}
@@ -349,6 +350,7 @@ class SimEngine:
         for source in (self._tier.counters, self._tier.tier.counters, self._worker.counters):
             counters.update(dataclasses.asdict(source))
         counters["tier_blocks"] = len(self._tier.tier)
+        counters["held_requests"] = self._tier.tier.held_owners
         return counters
 
     def result(self) -> SimResult:
