@@ -144,9 +144,9 @@ def test_keeping_the_prefix_needs_the_policy() -> None:
         _scheduler({"flatshare_protected": {"keep_in_tier": True}})
 
 
-def test_a_preempted_request_is_held_in_the_tier_until_it_loads_back() -> None:
-    """vLLM preempts the least important of three growing decodes; its stored prompt is held in the tier
-    until it is admitted again, loads it back and ends the hold."""
+def _agent_preempted() -> tuple[Scheduler, _Worker, KeepProtectedLRU]:
+    """A scheduler with `keep_preempted` in which vLLM has just preempted the least important of three
+    growing decodes ("agent", 1,200 prompt tokens, stored in the tier) for the other two's growth."""
     scheduler = _scheduler({"flatshare_protected": {"keep_preempted": True}, **POLICY})
     policy = scheduler.connector.scheduler.manager._policy  # type: ignore[union-attr]
     assert isinstance(policy, KeepProtectedLRU)
@@ -156,13 +156,16 @@ def test_a_preempted_request_is_held_in_the_tier_until_it_loads_back() -> None:
         request = _request(factory, rid, tuple(range(first, first + 1200 + 200 * (priority == 0))), priority)
         request.max_tokens = 200  # all three together outgrow the 255 blocks
         scheduler.add_request(request)
-    preempted_at = None
-    for i in range(400):
-        output = worker.step()
-        if "agent" in (output.preempted_req_ids or ()):
-            preempted_at = i
-            break
-    assert preempted_at is not None, "vLLM preempted the agent for the voice requests' growth"
+    for _ in range(400):
+        if "agent" in (worker.step().preempted_req_ids or ()):
+            return scheduler, worker, policy
+    raise AssertionError("vLLM did not preempt the agent for the voice requests' growth")
+
+
+def test_a_preempted_request_is_held_in_the_tier_until_it_loads_back() -> None:
+    """The preempted request's stored prompt is held in the tier until it is admitted again, loads it
+    back and ends the hold."""
+    scheduler, worker, policy = _agent_preempted()
     assert policy.held_keys == 1200 // BLOCK
     while scheduler.requests["agent"].status != RequestStatus.WAITING_FOR_REMOTE_KVS:
         worker.step()
@@ -180,17 +183,7 @@ def test_holding_preempted_requests_needs_the_policy() -> None:
 def test_a_held_request_aborted_before_it_is_back_ends_its_hold() -> None:
     """A client that disconnects while its request waits preempted: the hold ends with the request, so the
     tier does not keep its blocks for nobody."""
-    scheduler = _scheduler({"flatshare_protected": {"keep_preempted": True}, **POLICY})
-    policy = scheduler.connector.scheduler.manager._policy  # type: ignore[union-attr]
-    assert isinstance(policy, KeepProtectedLRU)
-    worker, factory = _Worker(scheduler), RequestFactory(BLOCK)
-    for rid, first, priority in (("agent", 100, 1), ("voice1", 3000, 0), ("voice2", 5000, 0)):
-        request = _request(factory, rid, tuple(range(first, first + 1200 + 200 * (priority == 0))), priority)
-        request.max_tokens = 200
-        scheduler.add_request(request)
-    for _ in range(400):
-        if "agent" in (worker.step().preempted_req_ids or ()):
-            break
+    scheduler, worker, policy = _agent_preempted()
     assert policy.held_keys == 1200 // BLOCK
     scheduler.finish_requests("agent", RequestStatus.FINISHED_ABORTED)
     worker.step()

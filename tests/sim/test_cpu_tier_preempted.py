@@ -80,16 +80,18 @@ def _victim_and_burst() -> list[SimRequest]:
     return [req("victim", 0.0, 1800, 300, priority=10), req("voice", 1.0, 2400, 200), *burst]
 
 
+# A small KV cache and CPU tier, make-room preempting for the voice turn.
+ENGINE: dict[str, Any] = {
+    "kv_tokens": 4096,
+    "cpu_tier_tokens": 4096,
+    "enable_prefix_caching": False,
+    "scheduler": "make-room",
+    "additional_config": MAKE_ROOM,
+}
+
+
 def _run(**config: Any) -> Any:
-    return run(
-        _victim_and_burst(),
-        kv_tokens=4096,
-        cpu_tier_tokens=4096,
-        enable_prefix_caching=False,
-        scheduler="make-room",
-        additional_config=MAKE_ROOM,
-        **config,
-    )
+    return run(_victim_and_burst(), **ENGINE, **config)
 
 
 def test_a_held_victim_comes_back_by_a_load() -> None:
@@ -113,15 +115,7 @@ def test_every_hold_ends_with_its_request_and_an_aborted_victim_holds_nothing() 
     """Held while it waits preempted; a client that disconnects then ends the hold with the request."""
     for aborting in (False, True):
         abort = aborting
-        config = EngineConfig(
-            kv_tokens=4096,
-            cpu_tier_tokens=4096,
-            enable_prefix_caching=False,
-            scheduler="make-room",
-            additional_config=MAKE_ROOM,
-            cpu_tier_connector=HOLD,
-            max_model_len=fitting_model_len(4096, 16),
-        )
+        config = EngineConfig(**ENGINE, cpu_tier_connector=HOLD, max_model_len=fitting_model_len(4096, 16))
         engine = SimEngine(config, load_profile())
         for request in _victim_and_burst():
             engine.submit(request)

@@ -85,11 +85,15 @@ class KeepProtectedLRU(LRUCachePolicy):
         super().on_request_finished(key_groups, insertion_only_keys, reused_keys, req_context)
         self._keep((key for group in key_groups for key in group), req_context)
 
+    def _forget(self, keys: set[OffloadKey]) -> None:
+        """Keys that left the tier are neither kept nor held (a key stored again starts ordinary)."""
+        self._kept.difference_update(keys)
+        for held in self._held.values():
+            held.difference_update(keys)
+
     def remove(self, key: OffloadKey) -> None:
         super().remove(key)
-        self._kept.discard(key)
-        for held in self._held.values():
-            held.discard(key)
+        self._forget({key})
 
     def clear(self) -> None:
         super().clear()
@@ -120,8 +124,5 @@ class KeepProtectedLRU(LRUCachePolicy):
             assert rest is not None, "enough evictable keys were counted"
             victims = first + rest
         if victims is not None:
-            gone = {key for key, _ in victims}
-            self._kept.difference_update(gone)
-            for held in self._held.values():
-                held.difference_update(gone)
+            self._forget({key for key, _ in victims})
         return victims

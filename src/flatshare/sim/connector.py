@@ -322,9 +322,7 @@ class SimCpuTierConnector(KVConnectorBase_V1):
     def _hold(self, state: _RequestState) -> None:
         """Hold what a preempted request stored or used in the tier until it comes back (its pending
         stores are flushed before the step runs, so they complete as held blocks)."""
-        hashes = state.request.block_hashes
-        used = [hashes[i] for i in range(min(state.next_stored, len(hashes)))]
-        held = self.tier.hold(state.request.request_id, used)
+        held = self.tier.hold(state.request.request_id, state.request.block_hashes[: state.next_stored])
         if held:
             self.counters.held_preempted += 1
             self.counters.held_blocks += held
