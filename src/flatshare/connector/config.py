@@ -80,6 +80,11 @@ class ProtectedKvConfig:
     def protects(self, priority: int) -> bool:
         return priority <= self.protect_priority
 
+    def loads_sync(self, priority: int) -> bool:
+        """Whether a request of this priority has its CPU-tier hit loaded inside the step (`sync_load`):
+        never an asynchronous load, so vLLM applies no in-flight reservation to its admission."""
+        return self.sync_load and self.protects(priority)
+
     @classmethod
     def from_extra_config(cls, extra: Mapping[str, Any] | None) -> ProtectedKvConfig:
         """Read `kv_connector_extra_config["flatshare_protected"]`; absent means off. Unknown keys are errors."""

@@ -89,7 +89,7 @@ class FlatshareOffloadingConnector(OffloadingConnector):
             self._policy = policy
 
     def _loads_sync(self, request: Request) -> bool:
-        return self.protected.sync_load and self.protected.protects(request.priority)
+        return self.protected.loads_sync(request.priority)
 
     # -- scheduler side --------------------------------------------------------------------------
     def on_new_request(self, request: Request) -> None:

@@ -42,6 +42,7 @@ from typing import Any
 from vllm.v1.core.sched.interface import PauseState
 from vllm.v1.request import Request, RequestStatus
 
+from flatshare.connector.config import ProtectedKvConfig
 from flatshare.scheduler import policy
 
 READY = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
@@ -352,14 +353,27 @@ def _may_load(s: Any, request: Request) -> bool:
     return s.connector is not None and request.num_computed_tokens == 0
 
 
+def _may_load_async(s: Any, request: Request) -> bool:
+    """Whether the KV connector may answer `request`'s lookup with an asynchronous load: it may load part
+    of it (`_may_load`), unless the connector is flatshare's (vLLM's or the simulator's) and loads this
+    request's hit inside the step (`flatshare_protected.sync_load` for a protected priority), which is
+    known from its settings without asking it."""
+    protected = getattr(s.connector, "protected", None)
+    if isinstance(protected, ProtectedKvConfig) and protected.loads_sync(request.priority):
+        return False
+    return _may_load(s, request)
+
+
 def _load_reservations(s: Any, request: Request) -> tuple[tuple[str, int], ...]:
     """Blocks in-flight prefills keep from an asynchronous load's admission (vLLM 0.32: `reserved_blocks`
     in the waiting loop's `allocate_slots` call). Whether the connector will answer with an asynchronous
     load is known only by asking it, which has side effects (vLLM's offloading connector records the
-    lookup), so with a connector every request not yet computed counts as a possible load: at worst
+    lookup), so with a connector every request not yet computed counts as a possible load (at worst
     make-room preempts for a reservation vLLM would not have applied, never holds for a request vLLM
-    will not admit."""
-    if not _may_load(s, request) or not hasattr(s, "_inflight_prefills"):
+    will not admit), except one that flatshare's connector loads synchronously (`_may_load_async`):
+    counted as a possible load, make-room preempted an agent for three in four voice turns that vLLM
+    then admitted without touching the reservation (6 callers, connector stack)."""
+    if not _may_load_async(s, request) or not hasattr(s, "_inflight_prefills"):
         return ()
     # Every in-flight prefill, the request itself included: a request whose asynchronous load failed
     # stays in `_inflight_prefills` (vLLM 0.32) and reserves its own blocks against its retry.
