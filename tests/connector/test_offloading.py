@@ -188,3 +188,22 @@ def test_a_held_request_aborted_before_it_is_back_ends_its_hold() -> None:
     scheduler.finish_requests("agent", RequestStatus.FINISHED_ABORTED)
     worker.step()
     assert policy.held_keys == 0
+
+
+def test_make_room_counts_no_reservation_for_a_request_loaded_inside_the_step() -> None:
+    """vLLM keeps an asynchronous load's admission out of the blocks in-flight prefills still need; a
+    protected request under `sync_load` is never loaded asynchronously, and make-room's view of it (read
+    from this connector's settings, not by asking it) carries no reservation, while an agent's does."""
+    from flatshare.scheduler.vllm_view import _load_reservations
+
+    scheduler = _scheduler({"flatshare_protected": {"sync_load": True}})
+    worker, factory = _Worker(scheduler), RequestFactory(BLOCK)
+    scheduler.add_request(_request(factory, "long", tuple(range(1000, 2500)), 1))
+    worker.step()  # its first chunk: the rest of its prefill is in flight
+    assert [r.request_id for r in scheduler._inflight_prefills] == ["long"]
+    voice, agent = (
+        _request(factory, "voice", tuple(range(100, 200)), 0),
+        _request(factory, "agent", (1, 2), 1),
+    )
+    assert _load_reservations(scheduler, voice) == ()
+    assert dict(_load_reservations(scheduler, agent))["long"] > 0
