@@ -10,6 +10,7 @@ from flatshare.colocation.experiment import (
     AT_RISK_CONDITIONS,
     BASELINE_CONDITIONS,
     HINT_DUE_CONDITIONS,
+    HINT_RIDE_CONDITIONS,
     KEEP_PREEMPTED_CONDITIONS,
     MAIN_CONDITIONS,
     MECHANISM_CONDITIONS,
@@ -51,6 +52,7 @@ def test_every_make_room_condition_of_the_experiment_has_a_variant_below_it() ->
         + AT_RISK_CONDITIONS
         + HINT_DUE_CONDITIONS
         + KEEP_PREEMPTED_CONDITIONS
+        + HINT_RIDE_CONDITIONS
         + SWEEP_CONDITIONS
         + BASELINE_CONDITIONS
     )

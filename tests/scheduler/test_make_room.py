@@ -443,8 +443,8 @@ def test_make_room_leaves_the_reservation_out_for_a_turn_loaded_inside_the_step(
     # Found in the co-location experiment (connector stack, 6 callers): make-room counted every turn as a
     # possible asynchronous load, and so the in-flight prefills' reservation, even under `sync_load`, where
     # flatshare's connector answers a protected turn's hit synchronously and vLLM reserves nothing for it.
-    # Three in four of its preemptions (146 of 197 in a 600 s run) were of agents whose blocks the turn
-    # did not need.
+    # Three in four of its decisions to preempt (146 of 197 in a 600 s run) were for a turn that fitted
+    # without the reservation.
     sync = {"cpu_tier_connector": {"flatshare_protected": {"sync_load": True}}}
     stock = _run_tier_case(_reload_case_requests(), sync, {})
     mr = _run_tier_case(_reload_case_requests(), sync, {"window_tokens": 48})

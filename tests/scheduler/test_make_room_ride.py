@@ -13,6 +13,7 @@ from flatshare.scheduler.ride import RideView, choose_riders, ride_allowed
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.engine import SimEngine, StepReport
 from flatshare.sim.profile import load_profile
+from flatshare.sim.requests import SimRequest
 from simkit import req
 
 
@@ -26,6 +27,8 @@ from simkit import req
         ({"hold_ride_max_context": 8192}, "hold_ride_max_context"),
         ({"hold_ride_waiting": True}, "hold_ride_waiting"),
         ({"hold_ride_tokens": 64, "hold_ride_waiting": 1}, "hold_ride_waiting"),
+        ({"hint_ride_tokens": -1, "hint_window_s": 1.0}, "hint_ride_tokens"),
+        ({"hint_ride_tokens": 64}, "hint_ride_tokens"),  # needs the hints
     ],
 )
 def test_bad_ride_settings_are_refused(settings: dict[str, object], key: str) -> None:
@@ -35,7 +38,8 @@ def test_bad_ride_settings_are_refused(settings: dict[str, object], key: str) ->
 
 def test_the_ride_is_off_by_default() -> None:
     config = MakeRoomConfig(enabled=True)
-    assert config.hold_ride_tokens == 0 and config.hold_ride_max_context == 0
+    assert config.hold_ride_tokens == 0 and config.hold_ride_max_context == 0 and config.hint_ride_tokens == 0
+    assert MakeRoomConfig(enabled=True, hint_window_s=1.0, hint_ride_tokens=64, hold_ride_waiting=True)
 
 
 def test_riders_share_the_budget_in_running_order() -> None:
@@ -109,6 +113,7 @@ def test_a_held_step_carries_at_most_the_ride_and_never_delays_the_protected_tok
     counters = engine.result().scheduler_counters
     assert counters["ride_steps"] > 0 and 0 < counters["ride_tokens"] <= RIDE * counters["ride_steps"]
     assert held_engine.result().scheduler_counters["ride_steps"] == 0
+    assert all(r.status == "finished" for r in engine.result().records)
     rides = [line["riders"] for line in trace if "riders" in line]
     assert len(rides) == counters["ride_steps"] and all(sum(r.values()) <= RIDE for r in rides)
 
@@ -137,3 +142,49 @@ def test_with_hold_ride_waiting_a_held_waiting_request_is_admitted_with_a_chunk_
     assert not any(window_prefill())  # waiting: held without `hold_ride_waiting`
     riding = window_prefill(hold_ride_waiting=True)
     assert any(riding) and max(riding) <= RIDE
+
+
+@pytest.mark.vllm
+def test_the_ride_before_the_turn_carries_agent_prefill_only_until_the_turn_arrives(tmp_path: Path) -> None:
+    """A hint at 0.7 s for a turn at 1.0 s, and another caller's hint at 1.05 s, while the first turn's
+    window is open, for a turn at 1.5 s (synchronous steps). With `hint_ride_tokens` the first hint's held
+    steps before its turn carry the agent's prefill, `RIDE` tokens a step; the turn's own prefill and its
+    window's decode steps carry none, as without it, though the second hint is open by then."""
+    extra = {"flatshare_hint": "turn"}
+    hints = [
+        SimRequest(f"hint{i}", at, (11, 12, 13), 1, 0, "hint", extra_args=extra)
+        for i, at in ((1, 0.7), (2, 1.05))
+    ]
+
+    def run(**settings: object) -> tuple[list[StepReport], SimEngine]:
+        make_room = {"enabled": True, "window_tokens": 48, "hint_window_s": 0.5, **settings}
+        config = EngineConfig(scheduler="make-room", additional_config={"make_room": make_room})
+        engine = SimEngine(config, load_profile())
+        steps: list[StepReport] = []
+        engine.on_step = steps.append
+        agents = [req("decoder", 0.0, 300, 400, priority=10), req("prefiller", 0.0, 30000, 5, priority=10)]
+        turns = [req("voice", 1.0, 400, 60, priority=0), req("voice2", 1.5, 400, 60, priority=0)]
+        engine.run([*agents, *hints, *turns])
+        return steps, engine
+
+    def before_and_in_window(steps: list[StepReport], engine: SimEngine) -> tuple[list[int], list[int]]:
+        hint_done, voice = engine.records["hint1"].finish_s, engine.records["voice"]
+        assert hint_done is not None
+        before = [s.scheduled.get("prefiller", 0) for s in steps if hint_done <= s.start_s and s.end_s <= 1.0]
+        window = [
+            s.scheduled.get("prefiller", 0)
+            for s in steps
+            if s.scheduled.get("voice") and s.end_s <= voice.token_times_s[47]
+        ]
+        return before, window
+
+    held_steps, held_engine = run()
+    steps, engine = run(hint_ride_tokens=RIDE)
+    held_before, held_window = before_and_in_window(held_steps, held_engine)
+    before, window = before_and_in_window(steps, engine)
+    assert held_before and not any(held_before) and not any(held_window)
+    assert before and all(n == RIDE for n in before) and window and not any(window)
+    counters = engine.result().scheduler_counters
+    assert counters["hint_hold_steps"] > 0 and counters["ride_steps"] >= len(before)
+    assert held_engine.result().scheduler_counters["ride_steps"] == 0
+    assert all(r.status == "finished" for r in engine.result().records)

@@ -113,6 +113,12 @@ EDGES = (
         "make-room-t48-syncload-tierkeep-tail-hint-sentence-hintdue",
         "the CPU tier holds preempted requests' blocks until they come back",
     ),
+    # The ride before the turn (`hint_ride_tokens`).
+    Edge(
+        "make-room-t48-syncload-tierkeep-tail-hint-sentence-hintdue-keepvictims-hintride",
+        "make-room-t48-syncload-tierkeep-tail-hint-sentence-hintdue-keepvictims",
+        "held agent prefill rides in the steps held for a hint before its turn, 128 tokens a step",
+    ),
     # The ride (`hold_ride_*`), over T=48 and over the pin stack.
     *(
         Edge(f"{base}-{ride}", base, f"held agent prefill rides, {adds}")

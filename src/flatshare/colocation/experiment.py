@@ -230,6 +230,19 @@ KEEP_PREEMPTED_CONDITIONS = (
     ),
     _stack_sentence("-hintdue-keepvictims", hint_in_quantile=0.5, cpu_tier=SYNC_KEEP_PREEMPTED, **HINT_W1),
 )
+# The ride before the turn (`hint_ride_tokens`, docs/make-room.md): the steps held for a hint alone, before
+# its turn arrives, carry 128 tokens of held agent prefill; over the best stack. 128 was the best of 128,
+# 256 and 512 in exploratory runs (3 random seeds x 600 s at 4 and 6 callers): 256 cost the voice more,
+# 512 rarely fitted the step's budget beside the decodes.
+HINT_RIDE_CONDITIONS = (
+    _stack_sentence(
+        "-hintdue-keepvictims-hintride",
+        hint_in_quantile=0.5,
+        cpu_tier=SYNC_KEEP_PREEMPTED,
+        **HINT_W1,
+        hint_ride_tokens=128,
+    ),
+)
 SWEEP_CONDITIONS = tuple(
     Condition(f"make-room-t{t}", "make-room", additional_config=_mr(t), window_tokens=t)
     for t in (8, 24, 32, 64)
@@ -328,6 +341,7 @@ def pick_conditions(keys: str) -> tuple[Condition, ...]:
         + AT_RISK_CONDITIONS
         + HINT_DUE_CONDITIONS
         + KEEP_PREEMPTED_CONDITIONS
+        + HINT_RIDE_CONDITIONS
     )
     wanted = [k.strip() for k in keys.split(",") if k.strip()]
     unknown = sorted(set(wanted) - {c.key for c in every})

@@ -64,6 +64,11 @@ class MakeRoomConfig:
     `hold_ride_waiting`: with the ride on, held waiting requests ride too, after the running ones: vLLM
     admits them with a chunk of the ride (their context counted as their whole prompt, whose prefix hits
     are found only in the step).
+    `hint_ride_tokens`: the ride before the turn (`ride.py`): in a step held for arrival hints alone (no
+    protected request in its window; the turn has not arrived), held running prefills still get this
+    many tokens in all, so the steps before the turn carry agent prefill and stay short. Overrides
+    `hold_ride_tokens` in those steps; `hold_ride_max_context` and `hold_ride_waiting` apply to it too.
+    Needs `hint_window_s`. 0 turns it off.
     `trace_path`: if set, append one JSON line per step in which make-room acted or held; the file
     must be writable when the scheduler is built.
     `allow_untested_vllm`: run on a vLLM version make-room was not tested against (a warning instead of
@@ -87,6 +92,7 @@ class MakeRoomConfig:
     hold_ride_tokens: int = 0
     hold_ride_max_context: int = 0
     hold_ride_waiting: bool = False
+    hint_ride_tokens: int = 0
     trace_path: str | None = None
     allow_untested_vllm: bool = False
 
@@ -110,6 +116,7 @@ class MakeRoomConfig:
             ("recompute_tail_tokens", 0),
             ("hold_ride_tokens", 0),
             ("hold_ride_max_context", 0),
+            ("hint_ride_tokens", 0),
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
@@ -134,8 +141,12 @@ class MakeRoomConfig:
         if self.hold_deadline_s and not self.window_tokens:
             raise MakeRoomConfigError("make_room.hold_deadline_s needs make_room.window_tokens > 0")
         for name in ("hold_ride_max_context", "hold_ride_waiting"):
-            if getattr(self, name) and not self.hold_ride_tokens:
-                raise MakeRoomConfigError(f"make_room.{name} needs make_room.hold_ride_tokens > 0")
+            if getattr(self, name) and not (self.hold_ride_tokens or self.hint_ride_tokens):
+                raise MakeRoomConfigError(
+                    f"make_room.{name} needs make_room.hold_ride_tokens or make_room.hint_ride_tokens > 0"
+                )
+        if self.hint_ride_tokens and not self.hint_window_s:
+            raise MakeRoomConfigError("make_room.hint_ride_tokens needs make_room.hint_window_s > 0")
         if not isinstance(self.protect_priority, int) or isinstance(self.protect_priority, bool):
             raise MakeRoomConfigError(
                 f"make_room.protect_priority must be an integer, got {self.protect_priority!r}"

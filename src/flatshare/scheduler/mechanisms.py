@@ -61,13 +61,15 @@ class MechanismsMixin(FlatshareScheduler):
         if self.flatshare_active and self.make_room.pin_share > 0:
             pool = self.kv_cache_manager.block_pool
             self._pins = pin.PrefixPins(pool, pin.cap_blocks(self.make_room.pin_share, pool.num_gpu_blocks))
-        if self.make_room.hold_ride_tokens and not hasattr(super(), "_reserve_prefill_lookahead"):
+        riding = self.make_room.hold_ride_tokens or self.make_room.hint_ride_tokens
+        if riding and not hasattr(super(), "_reserve_prefill_lookahead"):
             raise self.config_error(
-                "make_room.hold_ride_tokens needs vLLM's Scheduler._reserve_prefill_lookahead (vLLM 0.32), "
-                "the hook that caps a rider's chunk"
+                "make_room.hold_ride_tokens and make_room.hint_ride_tokens need vLLM's "
+                "Scheduler._reserve_prefill_lookahead (vLLM 0.32), the hook that caps a rider's chunk"
             )
         self._hints = HintWindows(self.make_room.hint_window_s)
         self._hint_held = False
+        self._hint_only = False  # this step holds for arrival hints alone (no protected request in window)
         self._pin_refused = False  # the pin kept an allocation out in this step
         self._sentences_done: set[str] = set()  # protected requests whose first sentence is out
         self._pending_trace: dict[str, Any] = {}  # what happened between steps, traced with the next
@@ -220,6 +222,7 @@ class MechanismsMixin(FlatshareScheduler):
             trace["hint_waiting"] = waiting
         hinted = self._hints.threshold(now, lead)
         self._hint_held = hinted is not None and (threshold is None or hinted < threshold)
+        self._hint_only = hinted is not None and threshold is None
         if hinted is None:
             return threshold
         trace["hint_open"] = len(self._hints)
@@ -231,7 +234,12 @@ class MechanismsMixin(FlatshareScheduler):
         `_reserve_prefill_lookahead`."""
         self._ride_caps, self._waiting_riders = {}, False
         config = self.make_room
-        if config.hold_ride_tokens <= 0:
+        tokens = (
+            config.hint_ride_tokens
+            if self._hint_only and config.hint_ride_tokens
+            else config.hold_ride_tokens
+        )
+        if tokens <= 0:
             return set()
         held = [
             r
@@ -262,10 +270,10 @@ class MechanismsMixin(FlatshareScheduler):
         prefilling = any(r.priority <= threshold and vllm_view.is_prefill(r) for r in self.running)
         protected_waiting = any(r.priority <= threshold for r in waiting)
         if not ride.ride_allowed(
-            prefilling, protected_waiting, others, config.hold_ride_tokens, self.max_num_scheduled_tokens
+            prefilling, protected_waiting, others, tokens, self.max_num_scheduled_tokens
         ):
             return set()
-        self._ride_caps = ride.choose_riders(views, config.hold_ride_tokens, config.hold_ride_max_context)
+        self._ride_caps = ride.choose_riders(views, tokens, config.hold_ride_max_context)
         running = {r.request_id for r in held}
         self._waiting_riders = any(rid not in running for rid in self._ride_caps)
         return set(self._ride_caps)

@@ -371,8 +371,8 @@ def _load_reservations(s: Any, request: Request) -> tuple[tuple[str, int], ...]:
     lookup), so with a connector every request not yet computed counts as a possible load (at worst
     make-room preempts for a reservation vLLM would not have applied, never holds for a request vLLM
     will not admit), except one that flatshare's connector loads synchronously (`_may_load_async`):
-    counted as a possible load, make-room preempted an agent for three in four voice turns that vLLM
-    then admitted without touching the reservation (6 callers, connector stack)."""
+    counted as a possible load, three in four of make-room's decisions to preempt were for a turn that
+    fitted without the reservation (6 callers, connector stack)."""
     if not _may_load_async(s, request) or not hasattr(s, "_inflight_prefills"):
         return ()
     # Every in-flight prefill, the request itself included: a request whose asynchronous load failed
