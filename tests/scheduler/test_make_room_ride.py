@@ -145,46 +145,51 @@ def test_with_hold_ride_waiting_a_held_waiting_request_is_admitted_with_a_chunk_
 
 
 @pytest.mark.vllm
-def test_the_ride_before_the_turn_carries_agent_prefill_only_until_the_turn_arrives(tmp_path: Path) -> None:
-    """A hint at 0.7 s for a turn at 1.0 s, and another caller's hint at 1.05 s, while the first turn's
-    window is open, for a turn at 1.5 s (synchronous steps). With `hint_ride_tokens` the first hint's held
-    steps before its turn carry the agent's prefill, `RIDE` tokens a step; the turn's own prefill and its
-    window's decode steps carry none, as without it, though the second hint is open by then."""
-    extra = {"flatshare_hint": "turn"}
-    hints = [
-        SimRequest(f"hint{i}", at, (11, 12, 13), 1, 0, "hint", extra_args=extra)
-        for i, at in ((1, 0.7), (2, 1.05))
-    ]
+def test_the_ride_before_the_turn_rides_only_in_a_hints_hold_and_ends_before_its_turn_is_due() -> None:
+    """Asynchronous steps; an agent prefills a long prompt beside a decoder. A turn at 1.0 s (its hint at
+    0.6 s says 0.4 s) and a second caller's at 1.9 s (hinted at 1.4 s, due in 0.5 s: its hold starts while
+    the first turn's window is still open). With `hint_ride_tokens` the steps held for the second hint
+    alone carry `RIDE` tokens of the agent's prefill, each ending before that turn is due; no window step
+    of either turn carries any, and the second turn finds a held step in flight as without the ride."""
+
+    def hint(name: str, at: float, due_in_s: float) -> SimRequest:
+        extra = {"flatshare_hint": "turn", "flatshare_hint_in_s": due_in_s}
+        return SimRequest(name, at, (11, 12, 13), 1, 0, "hint", extra_args=extra)
 
     def run(**settings: object) -> tuple[list[StepReport], SimEngine]:
-        make_room = {"enabled": True, "window_tokens": 48, "hint_window_s": 0.5, **settings}
-        config = EngineConfig(scheduler="make-room", additional_config={"make_room": make_room})
+        make_room = {"enabled": True, "window_tokens": 48, "hint_window_s": 1.0, **settings}
+        config = EngineConfig(
+            scheduler="make-room", additional_config={"make_room": make_room}, async_scheduling=True
+        )
         engine = SimEngine(config, load_profile())
         steps: list[StepReport] = []
         engine.on_step = steps.append
         agents = [req("decoder", 0.0, 300, 400, priority=10), req("prefiller", 0.0, 30000, 5, priority=10)]
-        turns = [req("voice", 1.0, 400, 60, priority=0), req("voice2", 1.5, 400, 60, priority=0)]
-        engine.run([*agents, *hints, *turns])
+        turns = [req("voice", 1.0, 400, 60, priority=0), req("voice2", 1.9, 400, 60, priority=0)]
+        engine.run([*agents, hint("hint1", 0.6, 0.4), hint("hint2", 1.4, 0.5), *turns])
         return steps, engine
 
-    def before_and_in_window(steps: list[StepReport], engine: SimEngine) -> tuple[list[int], list[int]]:
-        hint_done, voice = engine.records["hint1"].finish_s, engine.records["voice"]
-        assert hint_done is not None
-        before = [s.scheduled.get("prefiller", 0) for s in steps if hint_done <= s.start_s and s.end_s <= 1.0]
-        window = [
+    def window_prefill(steps: list[StepReport], engine: SimEngine) -> list[int]:
+        ends = {v: engine.records[v].token_times_s[47] for v in ("voice", "voice2")}
+        return [
             s.scheduled.get("prefiller", 0)
             for s in steps
-            if s.scheduled.get("voice") and s.end_s <= voice.token_times_s[47]
+            if any(s.scheduled.get(v) and s.end_s <= end for v, end in ends.items())
         ]
-        return before, window
 
     held_steps, held_engine = run()
     steps, engine = run(hint_ride_tokens=RIDE)
-    held_before, held_window = before_and_in_window(held_steps, held_engine)
-    before, window = before_and_in_window(steps, engine)
-    assert held_before and not any(held_before) and not any(held_window)
-    assert before and all(n == RIDE for n in before) and window and not any(window)
-    counters = engine.result().scheduler_counters
-    assert counters["hint_hold_steps"] > 0 and counters["ride_steps"] >= len(before)
+    rides = [s for s in steps if s.scheduled.get("prefiller") == RIDE]
+    assert rides and all(s.start_s > 1.5 and s.end_s <= 2.0 for s in rides)
+    assert engine.result().scheduler_counters["ride_steps"] == len(rides)
     assert held_engine.result().scheduler_counters["ride_steps"] == 0
+    assert not any(window_prefill(held_steps, held_engine)) and not any(window_prefill(steps, engine))
+    # The turn finds a held step in flight, as without the ride: it starts at most one held step later (the
+    # steps' phase against its arrival moves).
+    start, held_start = (
+        engine.records["voice2"].first_scheduled_s,
+        held_engine.records["voice2"].first_scheduled_s,
+    )
+    held_step = min(s.end_s - s.start_s for s in held_steps if s.scheduled.get("decoder") == 1)
+    assert start is not None and held_start is not None and start <= held_start + held_step
     assert all(r.status == "finished" for r in engine.result().records)

@@ -230,10 +230,11 @@ KEEP_PREEMPTED_CONDITIONS = (
     ),
     _stack_sentence("-hintdue-keepvictims", hint_in_quantile=0.5, cpu_tier=SYNC_KEEP_PREEMPTED, **HINT_W1),
 )
-# The ride before the turn (`hint_ride_tokens`, docs/make-room.md): the steps held for a hint alone, before
-# its turn arrives, carry 128 tokens of held agent prefill; over the best stack. 128 was the best of 128,
-# 256 and 512 in exploratory runs (3 random seeds x 600 s at 4 and 6 callers): 256 cost the voice more,
-# 512 rarely fitted the step's budget beside the decodes.
+# The ride before the turn (`hint_ride_tokens`, docs/make-room.md): the steps held for a hint alone carry
+# 128 tokens of held agent prefill while such a step still ends before the turn is due; over the best
+# stack. 128 was the best of 128, 256 and 512 in exploratory runs of a first version that rode until the
+# turn arrived (3 random seeds x 600 s at 4 and 6 callers): 256 cost the voice more, 512 rarely fitted
+# the step's budget beside the decodes.
 HINT_RIDE_CONDITIONS = (
     _stack_sentence(
         "-hintdue-keepvictims-hintride",

@@ -66,9 +66,10 @@ class MakeRoomConfig:
     are found only in the step).
     `hint_ride_tokens`: the ride before the turn (`ride.py`): in a step held for arrival hints alone (no
     protected request in its window; the turn has not arrived), held running prefills still get this
-    many tokens in all, so the steps before the turn carry agent prefill and stay short. Overrides
-    `hold_ride_tokens` in those steps; `hold_ride_max_context` and `hold_ride_waiting` apply to it too.
-    Needs `hint_window_s`. 0 turns it off.
+    many tokens in all, as long as such a step, scheduled now, ends before the earliest holding hint's
+    turn is due at the pace make-room has measured (hints that say no due time get no ride), so the
+    turn finds a held step in flight. Overrides `hold_ride_tokens` in those steps;
+    `hold_ride_max_context` and `hold_ride_waiting` apply to it too. Needs `hint_window_s`. 0: off.
     `trace_path`: if set, append one JSON line per step in which make-room acted or held; the file
     must be writable when the scheduler is built.
     `allow_untested_vllm`: run on a vLLM version make-room was not tested against (a warning instead of

@@ -94,6 +94,12 @@ class HintWindows:
             default=None,
         )
 
+    def due_in_s(self, now: float, lead_s: float | None) -> float | None:
+        """Seconds from `now` until the earliest turn of the hints that hold (as `threshold` counts them)
+        is due (<= 0 once due, and for a hint that said no due time); None when none holds."""
+        holding = [h.due_s for h in self._open if lead_s is None or h.due_s - lead_s <= now]
+        return min(holding) - now if holding else None
+
     def waiting(self, now: float, lead_s: float | None) -> int:
         """Open hints whose turn is not yet due within `lead_s` of `now` (their hold has not started)."""
         return 0 if lead_s is None else sum(h.due_s - lead_s > now for h in self._open)

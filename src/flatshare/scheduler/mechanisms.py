@@ -70,6 +70,7 @@ class MechanismsMixin(FlatshareScheduler):
         self._hints = HintWindows(self.make_room.hint_window_s)
         self._hint_held = False
         self._hint_only = False  # this step holds for arrival hints alone (no protected request in window)
+        self._hint_room_s: float | None = None  # then: seconds until the earliest holding hint's turn is due
         self._pin_refused = False  # the pin kept an allocation out in this step
         self._sentences_done: set[str] = set()  # protected requests whose first sentence is out
         self._pending_trace: dict[str, Any] = {}  # what happened between steps, traced with the next
@@ -223,6 +224,7 @@ class MechanismsMixin(FlatshareScheduler):
         hinted = self._hints.threshold(now, lead)
         self._hint_held = hinted is not None and (threshold is None or hinted < threshold)
         self._hint_only = hinted is not None and threshold is None
+        self._hint_room_s = self._hints.due_in_s(now, lead) if self._hint_only else None
         if hinted is None:
             return threshold
         trace["hint_open"] = len(self._hints)
@@ -234,11 +236,9 @@ class MechanismsMixin(FlatshareScheduler):
         `_reserve_prefill_lookahead`."""
         self._ride_caps, self._waiting_riders = {}, False
         config = self.make_room
-        tokens = (
-            config.hint_ride_tokens
-            if self._hint_only and config.hint_ride_tokens
-            else config.hold_ride_tokens
-        )
+        tokens = config.hold_ride_tokens
+        if self._hint_only and config.hint_ride_tokens:
+            tokens = config.hint_ride_tokens if self._rides_before_turn(config.hint_ride_tokens) else 0
         if tokens <= 0:
             return set()
         held = [
@@ -277,6 +277,16 @@ class MechanismsMixin(FlatshareScheduler):
         running = {r.request_id for r in held}
         self._waiting_riders = any(rid not in running for rid in self._ride_caps)
         return set(self._ride_caps)
+
+    def _rides_before_turn(self, tokens: int) -> bool:
+        """The ride before the turn (`hint_ride_tokens`): only while a step carrying it, scheduled now, ends
+        before the holding hints' turn is due, at the pace make-room has measured, so that the turn finds a
+        held step in flight, not a ride. A hint that said no due time, or an unmeasured pace: no ride."""
+        room, pace = self._hint_room_s, self._pace
+        if room is None or pace is None:
+            return False
+        end = pace.step_end_s(min(tokens / self.max_num_scheduled_tokens, 1.0))
+        return end is not None and end <= room
 
     def _reserve_prefill_lookahead(
         self, request: Request, num_computed_tokens: int, num_new_tokens: int

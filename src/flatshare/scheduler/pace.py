@@ -93,6 +93,20 @@ class StepPace:
             return 2 * free
         return free + self.held_s
 
+    def step_end_s(self, share: float) -> float | None:
+        """How long from now a held step scheduled now that carries `share` of a full chunk (0-1) may run
+        until it ends: the step in flight under asynchronous scheduling (as `chunk_end_s`), then a held
+        step plus that share of what a chunk step costs above one (`free_s - held_s`). None until both
+        kinds of step have been measured. Used by the ride before the turn (`hint_ride_tokens`)."""
+        free, held = self.free_s, self.held_s
+        if free is None or held is None:
+            return None
+        step = held + share * max(free - held, 0.0)
+        if self.lag == 0:
+            return step
+        in_flight = self._kinds[-1] if self._kinds else self.OTHER
+        return step + (free if in_flight == self.FREE else held)
+
     def scheduled(self, held: bool, chunked: bool, empty: bool) -> None:
         """What the step just scheduled was: held (some lower-priority work kept out), or not held and
         carrying a prefill chunk (`chunked`), or anything else (an empty step's interval is idle time)."""
