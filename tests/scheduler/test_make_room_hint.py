@@ -49,6 +49,9 @@ def test_a_hint_that_says_when_holds_only_once_its_turn_is_due_within_the_lead()
     assert windows.threshold(1.1, lead_s=0.2) is None and windows.waiting(1.1, 0.2) == 1
     assert windows.threshold(1.2, lead_s=0.2) == 0 and windows.waiting(1.2, 0.2) == 0
     assert windows.threshold(1.0, lead_s=None) == 0 and windows.waiting(1.0, None) == 0  # unmeasured: hold
+    assert windows.due_in_s(1.1, lead_s=0.2) is None  # not holding yet
+    assert windows.due_in_s(1.25, lead_s=0.2) == pytest.approx(0.15)
+    assert windows.due_in_s(1.5, lead_s=None) == pytest.approx(-0.1)  # overdue
     assert windows.expire(1.6) == 1  # the window still counts from the hint
     assert hint_due_in_s({"flatshare_hint": "turn", "flatshare_hint_in_s": 0.25}) == 0.25
     for bad in (None, {}, {"flatshare_hint_in_s": "0.2"}, {"flatshare_hint_in_s": True}):

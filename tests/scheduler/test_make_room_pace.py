@@ -60,6 +60,25 @@ def test_a_chunk_scheduled_now_ends_after_the_step_in_flight_and_its_own() -> No
     assert pace.chunk_end_s() == pytest.approx(2 * 0.06)
 
 
+def test_a_ride_step_scheduled_now_ends_after_the_step_in_flight_and_a_held_step_with_its_share() -> None:
+    """`step_end_s`: a held step plus the ride's share of what a chunk step costs above it, after the step
+    in flight under asynchronous steps; None until both kinds are measured."""
+    pace = StepPace(lag=1, alpha=1.0)
+    assert pace.step_end_s(0.25) is None
+    for start, held, chunked in ((0.0, False, True), (0.0, True, False), (0.06, True, False)):
+        pace.step(start)
+        pace.scheduled(held=held, chunked=chunked, empty=False)
+    pace.step(0.08)  # chunk 60 ms, held 20 ms; a held step in flight
+    assert pace.step_end_s(0.25) == pytest.approx(0.02 + 0.02 + 0.25 * 0.04)
+    assert pace.step_end_s(0.0) == pytest.approx(0.04)
+    sync = StepPace(lag=0, alpha=1.0)
+    for start, held, chunked in ((0.0, False, True), (0.06, True, False)):
+        sync.step(start)
+        sync.scheduled(held=held, chunked=chunked, empty=False)
+    sync.step(0.08)
+    assert sync.step_end_s(1.0) == pytest.approx(0.06)  # a full chunk's share: a chunk step
+
+
 def test_the_averages_follow_the_newest_steps() -> None:
     pace = StepPace(alpha=0.5)
     for t, duration in enumerate((0.02, 0.04)):
