@@ -360,8 +360,9 @@ def check_hold_bound(run: Run, scenario: Scenario) -> None:
 
 
 def check_ride(run: Run, scenario: Scenario) -> None:
-    """A held step's riders get at most the ride in all (`hold_ride_tokens`)."""
-    budget = scenario.make_room.get("hold_ride_tokens", 0)
+    """A held step's riders get at most the ride in all (`hold_ride_tokens`, or `hint_ride_tokens` in a
+    step held for hints alone)."""
+    budget = max(scenario.make_room.get("hold_ride_tokens", 0), scenario.make_room.get("hint_ride_tokens", 0))
     for line in run.trace:
         if "riders" in line:
             assert 0 < sum(line["riders"].values()) <= budget, line
@@ -544,10 +545,11 @@ def mechanism_scenarios(draw: st.DrawFn) -> Scenario:
         "hint_window_s": draw(st.sampled_from([0.1, 0.5])),
         "sentence_end_token_ids": [SENTENCE_END_TOKEN],
         "hold_ride_tokens": draw(st.sampled_from([0, 16, 256])),
+        "hint_ride_tokens": draw(st.sampled_from([0, 16, 128])),
     }
     if make_room.get("window_tokens", 48):  # holding only while at risk needs a window
         make_room["hold_deadline_s"] = draw(st.sampled_from([0.0, 0.05, 1.0]))
-    if make_room["hold_ride_tokens"]:
+    if make_room["hold_ride_tokens"] or make_room["hint_ride_tokens"]:
         make_room["hold_ride_max_context"] = draw(st.sampled_from([0, 512]))
         make_room["hold_ride_waiting"] = draw(st.booleans())
     return Scenario(tuple({r.id: r for r in requests}.values()), engine, make_room)
