@@ -55,6 +55,11 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "make-room",
         {"make_room": {"enabled": True, "window_tokens": 48, "hint_window_s": 1.0}},
     ),
+    # The ride before the turn on top: each step held for a hint alone reads the pace and picks riders.
+    "make-room + hints due + ride before the turn (sent)": (
+        "make-room",
+        {"make_room": {"enabled": True, "window_tokens": 48, "hint_window_s": 1.0, "hint_ride_tokens": 128}},
+    ),
     # Holding only while at risk: the pace is read and updated every step, each window's risk judged.
     "make-room + at risk (0.55 s)": (
         "make-room",
@@ -83,7 +88,7 @@ def workload(agents: int, seed: int) -> list[SimRequest]:
     return requests
 
 
-HINTED = {"make-room + hints due (sent)"}
+HINTED = {"make-room + hints due (sent)", "make-room + hints due + ride before the turn (sent)"}
 HINT_LEAD_S = 0.3
 
 
