@@ -231,7 +231,8 @@ class MechanismsMixin(FlatshareScheduler):
         return hinted if threshold is None else min(threshold, hinted)
 
     def _choose_riders(self, threshold: int) -> set[str]:
-        """The held prefills that ride this step (`ride.py`): running ones in vLLM's running order, then,
+        """The held prefills that ride this step (`ride.py`), `hold_ride_tokens` in all, or `hint_ride_tokens`
+        in a step held for hints alone (`_rides_before_turn`): running ones in vLLM's running order, then,
         with `hold_ride_waiting`, waiting ones in vLLM's admission order; their chunk caps are kept for
         `_reserve_prefill_lookahead`."""
         self._ride_caps, self._waiting_riders = {}, False

@@ -13,6 +13,10 @@ or above the hold's priority prefills or waits for admission, and the step's tok
 every other running request takes plus the ride. Riders come from the running requests only (waiting
 ones stay held: admitting one would allocate its blocks inside the protected window), in vLLM's running order.
 
+The ride before the turn (`hint_ride_tokens`) is the same ride in the steps held for arrival hints alone,
+before their turn arrives, stopped once a step carrying it could still run when the turn is due
+(`mechanisms.py`, `pace.StepPace.step_end_s`).
+
 Pure functions: `make_room.py` reads vLLM's state into `RideView`s and caps each rider's chunk through
 vLLM's per-request chunk hook.
 """
