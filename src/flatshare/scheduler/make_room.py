@@ -202,7 +202,7 @@ class MakeRoomMixin(MechanismsMixin):
     # -- the decision ------------------------------------------------------------------------------
     def _plan(self, trace: dict[str, Any], deferred: bool) -> _Plan:
         config = self.make_room
-        self._hint_held = self._hint_only = False
+        self._hint_held = False
         self._hint_room_s = None
         hold_on = policy.hold_allowed(self._hold_streak, config.max_hold_steps)
         if not hold_on and self._hold_streak:

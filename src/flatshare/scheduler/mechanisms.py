@@ -69,8 +69,9 @@ class MechanismsMixin(FlatshareScheduler):
             )
         self._hints = HintWindows(self.make_room.hint_window_s)
         self._hint_held = False
-        self._hint_only = False  # this step holds for arrival hints alone (no protected request in window)
-        self._hint_room_s: float | None = None  # then: seconds until the earliest holding hint's turn is due
+        # Set when this step holds for arrival hints alone (no protected request in its window): seconds
+        # until the earliest holding hint's turn is due. None otherwise.
+        self._hint_room_s: float | None = None
         self._pin_refused = False  # the pin kept an allocation out in this step
         self._sentences_done: set[str] = set()  # protected requests whose first sentence is out
         self._pending_trace: dict[str, Any] = {}  # what happened between steps, traced with the next
@@ -223,8 +224,8 @@ class MechanismsMixin(FlatshareScheduler):
             trace["hint_waiting"] = waiting
         hinted = self._hints.threshold(now, lead)
         self._hint_held = hinted is not None and (threshold is None or hinted < threshold)
-        self._hint_only = hinted is not None and threshold is None
-        self._hint_room_s = self._hints.due_in_s(now, lead) if self._hint_only else None
+        hint_only = hinted is not None and threshold is None
+        self._hint_room_s = self._hints.due_in_s(now, lead) if hint_only else None
         if hinted is None:
             return threshold
         trace["hint_open"] = len(self._hints)
@@ -238,7 +239,7 @@ class MechanismsMixin(FlatshareScheduler):
         self._ride_caps, self._waiting_riders = {}, False
         config = self.make_room
         tokens = config.hold_ride_tokens
-        if self._hint_only and config.hint_ride_tokens:
+        if self._hint_room_s is not None and config.hint_ride_tokens:  # held for hints alone
             tokens = config.hint_ride_tokens if self._rides_before_turn(config.hint_ride_tokens) else 0
         if tokens <= 0:
             return set()

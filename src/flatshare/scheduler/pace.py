@@ -80,32 +80,31 @@ class StepPace:
 
     def chunk_end_s(self) -> float | None:
         """How long from now a lower-priority chunk scheduled in this step may run until it ends: a chunk
-        step (`free_s`), after the step in flight under asynchronous scheduling (the step scheduled last:
-        `free_s` if it carried a chunk, else `held_s`, or `free_s` while that is unmeasured). None until a
-        chunk step has been measured. Used by arrival hints that say when their turn is due (`hint.py`)."""
+        step (`free_s`), after the step in flight under asynchronous scheduling (`_in_flight_s`). None until
+        a chunk step has been measured. Used by arrival hints that say when their turn is due (`hint.py`)."""
         free = self.free_s
-        if free is None:
-            return None
-        if self.lag == 0:
-            return free
-        in_flight = self._kinds[-1] if self._kinds else self.OTHER
-        if in_flight == self.FREE or self.held_s is None:
-            return 2 * free
-        return free + self.held_s
+        return None if free is None else free + self._in_flight_s(free)
 
     def step_end_s(self, share: float) -> float | None:
         """How long from now a held step scheduled now that carries `share` of a full chunk (0-1) may run
-        until it ends: the step in flight under asynchronous scheduling (as `chunk_end_s`), then a held
-        step plus that share of what a chunk step costs above one (`free_s - held_s`). None until both
-        kinds of step have been measured. Used by the ride before the turn (`hint_ride_tokens`)."""
+        until it ends: the step in flight under asynchronous scheduling (`_in_flight_s`), then a held step
+        plus that share of what a chunk step costs above one (`free_s - held_s`). None until both kinds of
+        step have been measured. Used by the ride before the turn (`hint_ride_tokens`)."""
         free, held = self.free_s, self.held_s
         if free is None or held is None:
             return None
-        step = held + share * max(free - held, 0.0)
+        return held + share * max(free - held, 0.0) + self._in_flight_s(free)
+
+    def _in_flight_s(self, free: float) -> float:
+        """What is left of the step in flight before a step scheduled now starts: nothing under synchronous
+        scheduling; under asynchronous scheduling the step scheduled last, `free` if it carried a chunk,
+        else `held_s` (or `free` while that is unmeasured)."""
         if self.lag == 0:
-            return step
+            return 0.0
         in_flight = self._kinds[-1] if self._kinds else self.OTHER
-        return step + (free if in_flight == self.FREE else held)
+        if in_flight == self.FREE or self.held_s is None:
+            return free
+        return self.held_s
 
     def scheduled(self, held: bool, chunked: bool, empty: bool) -> None:
         """What the step just scheduled was: held (some lower-priority work kept out), or not held and
