@@ -106,3 +106,22 @@ def test_intervals_resample_whole_calls() -> None:
         "voice_ttft_mean_s",
     }
     assert summary.conditions["make-room-t48"].voice_call_ci == {}  # one call: no interval
+
+
+def test_the_kv_ledger_is_a_mean_only_where_every_run_saved_one_and_an_empty_one_is_not_written() -> None:
+    def with_kv(condition: str, seed: int, free: float | None) -> SavedRun:
+        saved = run(condition, [voice(seed, 1.0, 0.3), agent(seed, 100, 100.0)], seed=seed)
+        if free is not None:
+            saved.engine["kv_ledger"] = {"cache_block_s": 100.0, "free_block_s": free}
+        return saved
+
+    runs = [with_kv("alone", 0, None)]
+    runs += [with_kv("vllm-priority", 0, 10.0), with_kv("vllm-priority", 1, 20.0)]
+    runs += [with_kv("make-room-t48", 0, 10.0), with_kv("make-room-t48", 1, None)]  # one saved before it
+    summary = summarize(runs, VoicePipeline())
+    assert summary.conditions["vllm-priority"].kv_ledger == {"cache_block_s": 100.0, "free_block_s": 15.0}
+    assert summary.conditions["make-room-t48"].kv_ledger == {}
+    table = summary.to_json()["conditions"]
+    assert "kv_ledger" not in table["make-room-t48"] and table["vllm-priority"]["kv_ledger"]
+    for m in summary.conditions.values():
+        assert type(m).from_json(m.to_json()).kv_ledger == m.kv_ledger

@@ -132,7 +132,7 @@ def test_a_varying_recogniser_moves_each_turn_by_its_own_delay_and_hints_say_whe
 
 
 def test_the_run_carries_the_engines_totals_not_the_engines() -> None:
-    """`VirtualRun` is a plain value: preemptions, steps, scheduler counters and step ledgers summed over
+    """`VirtualRun` is a plain value: preemptions, steps, scheduler counters, step and KV ledgers summed over
     the engines, the latest clock, and no engine inside (run folders are written from it alone)."""
     workload = parse_spec("voice-agents:callers=4,agents=4,duration=60", seed=2, max_model_len=8192)
     engines = _engines(2, kv_tokens=8208, max_model_len=8192, scheduler="make-room")
@@ -151,6 +151,10 @@ def test_the_run_carries_the_engines_totals_not_the_engines() -> None:
         "virtual_s": run.virtual_s,
         "scheduler_counters": run.scheduler_counters,
         "step_ledger": run.step_ledger,
+        "kv_ledger": run.kv_ledger,
     }
     ledgers = [e.ledger.to_json() for e in engines]
     assert run.step_ledger["steps"] == ledgers[0]["steps"] + ledgers[1]["steps"] > 0
+    kv = [e.kv_ledger.to_json() for e in engines]
+    assert run.kv_ledger["cache_block_s"] == pytest.approx(kv[0]["cache_block_s"] + kv[1]["cache_block_s"])
+    assert run.kv_ledger["window_s"] == 60 and kv[0]["cache_block_s"] > 0

@@ -13,6 +13,7 @@ from flatshare.colocation import figures, frontier
 from flatshare.colocation.ablation_markdown import ablation_lines, how_to_read
 from flatshare.colocation.engine_words import engine_lines, engine_words, shared_fact
 from flatshare.colocation.goal import GOAL
+from flatshare.colocation.kv_markdown import kv_lines
 from flatshare.colocation.results import ColocationSummary, ConditionResult
 from flatshare.colocation.runs import SavedRun, load_runs, run_dir
 from flatshare.colocation.seed_markdown import seed_counts_line, seed_table_lines
@@ -245,6 +246,7 @@ def write_report(
     lines += _baselines(summary)
     lines += [*_waits(summary.conditions), ""]
     lines += steps_lines(summary)
+    lines += kv_lines(summary)
     for callers, block in summary.by_callers.items():
         lines += [
             f"## {callers} callers (target {block.target_s or 0.0:.2f} s)",

@@ -67,13 +67,20 @@ class ConditionResult:
     # where the engine's time went over the run's duration, mean per run (`flatshare.sim.step_ledger`;
     # empty for real engines and for runs saved before the ledger)
     step_ledger: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
+    # where the engine's KV cache went over the run's duration, mean per run (`flatshare.sim.kv_ledger`;
+    # empty for real engines and unless every run of the condition saved one)
+    kv_ledger: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
 
     def nth_token_median(self, n: int) -> Seconds:
         """Median time from send to the n-th output token (1-based), None past the measured range."""
         return self.nth_token_median_s[n - 1] if 1 <= n <= len(self.nth_token_median_s) else None
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields as JSON; an empty `kv_ledger` is left out (summaries made before it read the same)."""
+        out = dataclasses.asdict(self)
+        if not out["kv_ledger"]:
+            del out["kv_ledger"]
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ConditionResult:

@@ -3,7 +3,7 @@
 Layout under an experiment folder: `runs/<condition>/c<callers>/s<seed>/` holding `requests.jsonl`
 (replay records, see `flatshare.runfiles.records`), `samples.jsonl` (engine samples with an `engine` field)
 and `engine.json` (engine settings, preemptions, steps, virtual seconds, scheduler counters, the step ledger
-(`flatshare.sim.step_ledger`), duration, and the gateway-side baseline's counters `gate_counters` when the
+(`flatshare.sim.step_ledger`), the KV ledger (`flatshare.sim.kv_ledger`), duration, and the gateway-side baseline's counters `gate_counters` when the
 condition has one).
 Analysis reads only these files.
 """
@@ -52,7 +52,7 @@ def save_run(target: Path, run: VirtualRun, facts: dict[str, Any]) -> None:
 
 
 _CALLERS, _SEED = re.compile(r"c([0-9]{1,6})"), re.compile(r"s([0-9]{1,9})")
-_COUNTERS = ("scheduler_counters", "gate_counters", "step_ledger")
+_COUNTERS = ("scheduler_counters", "gate_counters", "step_ledger", "kv_ledger")
 
 
 def load_runs(root: Path) -> list[SavedRun]:
@@ -73,8 +73,8 @@ def load_runs(root: Path) -> list[SavedRun]:
 
 def check_facts(facts: dict[str, Any], where: str) -> dict[str, Any]:
     """`engine.json` as the analysis reads it: `duration_s` a time > 0, `preemptions` an integer >= 0,
-    the counters (`scheduler_counters`, `gate_counters`, `step_ledger`) tables of numbers and `engine_config`
-    a table when present; InputError naming `where` and the field otherwise."""
+    the counters (`scheduler_counters`, `gate_counters`, `step_ledger`, `kv_ledger`) tables of numbers and
+    `engine_config` a table when present; InputError naming `where` and the field otherwise."""
     duration, preemptions = facts.get("duration_s"), facts.get("preemptions")
     if isinstance(duration, bool) or not isinstance(duration, int | float) or not 0 < duration <= MAX_TIME_S:
         raise InputError(f"{where}: duration_s must be seconds in (0, {MAX_TIME_S:g}], got {duration!r}")

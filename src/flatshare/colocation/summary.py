@@ -202,6 +202,9 @@ def condition_metrics(
         nth_token_p95_s=tuple(_nth_token(voice, 95)),
         voice_call_ci=call_cis(runs, target_s, pipeline),
         step_ledger=_mean_counters(runs, "step_ledger"),
+        kv_ledger=_mean_counters(runs, "kv_ledger")
+        if all(run.engine.get("kv_ledger") for run in runs)
+        else {},
         **wait_parts(voice),
     )
 

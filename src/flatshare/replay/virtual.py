@@ -67,16 +67,19 @@ class VirtualRun:
     """The gate's counters (`Gate.counters`) at the end of the run; empty without a gate."""
     step_ledger: dict[str, float] = field(default_factory=dict)
     """Where the engines' time went over the run's duration (`flatshare.sim.step_ledger`), summed."""
+    kv_ledger: dict[str, float] = field(default_factory=dict)
+    """Where the engines' KV cache went over the run's duration (`flatshare.sim.kv_ledger`), summed."""
 
     def totals(self) -> dict[str, Any]:
-        """`preemptions`, `steps`, `virtual_s`, `scheduler_counters`, `step_ledger`: the engine facts a run
-        folder keeps."""
+        """`preemptions`, `steps`, `virtual_s`, `scheduler_counters`, `step_ledger`, `kv_ledger`: the engine
+        facts a run folder keeps."""
         return {
             "preemptions": self.preemptions,
             "steps": self.steps,
             "virtual_s": self.virtual_s,
             "scheduler_counters": self.scheduler_counters,
             "step_ledger": self.step_ledger,
+            "kv_ledger": self.kv_ledger,
         }
 
 
@@ -96,6 +99,7 @@ def _finished_run(
         scheduler_counters=counters,
         gate_counters=gate_counters,
         step_ledger=summed(e.ledger.to_json() for e in engines),
+        kv_ledger=summed(e.kv_ledger.to_json() for e in engines),
     )
 
 
@@ -193,7 +197,7 @@ def run_virtual(
         raise ValueError("hint_in_s must be >= 0 and needs hint_lead_s")
     edge: Edge = GateDriver(gate, engines) if gate is not None else DirectEdge(engines)
     for engine in engines:
-        engine.ledger.until_s = until_s
+        engine.ledger.until_s = engine.kv_ledger.until_s = until_s
     issuer = _Issuer(workload, until_s, edge.speech_starts, hint_lead_s, pipeline)
     while True:
         busy = [e for e in engines if e.has_work() and (stop_s is None or e.now < stop_s)]

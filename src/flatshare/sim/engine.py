@@ -32,6 +32,7 @@ from flatshare.runfiles.sim_records import RequestRecord
 from flatshare.scheduler.base import FlatshareScheduler
 from flatshare.sim.config import EngineConfig
 from flatshare.sim.connector import SimCpuTierConnector, SimTransferMeta, TransferJob
+from flatshare.sim.kv_ledger import KvLedger, held_by_priority
 from flatshare.sim.offload_worker import SimOffloadWorker, failing_fraction
 from flatshare.sim.profile import ScheduledWork, StepTimeProfile
 from flatshare.sim.requests import SimRequest
@@ -120,6 +121,7 @@ class SimEngine:
         self.on_step: Callable[[StepReport], None] | None = None
         self.waits = WaitLedger(config.max_num_batched_tokens, config.max_num_seqs)
         self.ledger = StepLedger(profile)  # where the steps' time went; the driver sets its window
+        self.kv_ledger = KvLedger()  # where the KV cache went, over the same window
 
     # -- input -----------------------------------------------------------------------------------
     def submit(self, request: SimRequest) -> None:
@@ -249,6 +251,8 @@ class SimEngine:
         if self.ledger.counts(start):
             priorities = [self.scheduler.requests[r].priority for r in output.num_scheduled_tokens]
             self.ledger.add(start, work, priorities, forward - start)
+        if self.kv_ledger.counts(start):
+            self._count_kv(start, end)
         if self._worker is not None:
             self._worker.end_step(output.kv_connector_metadata, end)
         report = StepReport(
@@ -262,6 +266,23 @@ class SimEngine:
             sync_loaded=_sync_loaded(output),
         )
         return report, model_output
+
+    def _count_kv(self, start: float, end: float) -> None:
+        """The KV ledger's step: the blocks every live request holds now (the step scheduled), by priority,
+        and the free ones; read from each KV group's manager without side effects."""
+        scheduler = self.scheduler
+        pool = scheduler.kv_cache_manager.block_pool
+        managers = scheduler.kv_cache_manager.coordinator.single_type_managers
+        holders = (
+            (
+                request.priority,
+                (b.block_id for m in managers for b in m.req_to_blocks.get(rid, ()) if not b.is_null),
+            )
+            for rid, request in scheduler.requests.items()
+        )
+        waiting = bool(scheduler.waiting) or bool(getattr(scheduler, "kv_holding_waiting", ()))
+        total = pool.num_gpu_blocks - 1  # the null block is never free
+        self.kv_ledger.add(start, end, held_by_priority(holders), pool.get_num_free_blocks(), total, waiting)
 
     def _launch_empty(self, output: SchedulerOutput) -> tuple[StepReport, ModelRunnerOutput]:
         """A step that scheduled nothing: no forward, but the tier's worker still flushes, starts the
