@@ -6,18 +6,7 @@ import pytest
 
 from flatshare.colocation.ablation import EDGES, PARENT, ablation_rows, below
 from flatshare.colocation.ablation_markdown import ablation_lines
-from flatshare.colocation.experiment import (
-    AT_RISK_CONDITIONS,
-    BASELINE_CONDITIONS,
-    HINT_DUE_CONDITIONS,
-    HINT_RIDE_CONDITIONS,
-    KEEP_PREEMPTED_CONDITIONS,
-    MAIN_CONDITIONS,
-    MECHANISM_CONDITIONS,
-    PROTECTED_KV_CONDITIONS,
-    RIDE_CONDITIONS,
-    SWEEP_CONDITIONS,
-)
+from flatshare.colocation.experiment import EVERY_CONDITION
 from flatshare.colocation.goal import Goal
 from flatshare.colocation.results import CallerResult, ColocationSummary, ConditionResult
 from summarykit import condition
@@ -44,18 +33,7 @@ def _summary(
 
 
 def test_every_make_room_condition_of_the_experiment_has_a_variant_below_it() -> None:
-    every = (
-        MAIN_CONDITIONS
-        + MECHANISM_CONDITIONS
-        + RIDE_CONDITIONS
-        + PROTECTED_KV_CONDITIONS
-        + AT_RISK_CONDITIONS
-        + HINT_DUE_CONDITIONS
-        + KEEP_PREEMPTED_CONDITIONS
-        + HINT_RIDE_CONDITIONS
-        + SWEEP_CONDITIONS
-        + BASELINE_CONDITIONS
-    )
+    every = EVERY_CONDITION
     make_room = {c.key for c in every if c.scheduler == "make-room"}
     assert make_room == set(PARENT)
     present = {c.key: c for c in every}

@@ -144,10 +144,11 @@ def test_keeping_the_prefix_needs_the_policy() -> None:
         _scheduler({"flatshare_protected": {"keep_in_tier": True}})
 
 
-def _agent_preempted() -> tuple[Scheduler, _Worker, KeepProtectedLRU]:
-    """A scheduler with `keep_preempted` in which vLLM has just preempted the least important of three
-    growing decodes ("agent", 1,200 prompt tokens, stored in the tier) for the other two's growth."""
-    scheduler = _scheduler({"flatshare_protected": {"keep_preempted": True}, **POLICY})
+def _agent_preempted(**settings: bool) -> tuple[Scheduler, _Worker, KeepProtectedLRU]:
+    """A scheduler with `keep_preempted` (and `settings`) in which vLLM has just preempted the least
+    important of three growing decodes ("agent", 1,200 prompt tokens, stored in the tier) for the other
+    two's growth."""
+    scheduler = _scheduler({"flatshare_protected": {"keep_preempted": True, **settings}, **POLICY})
     policy = scheduler.connector.scheduler.manager._policy  # type: ignore[union-attr]
     assert isinstance(policy, KeepProtectedLRU)
     worker, factory = _Worker(scheduler), RequestFactory(BLOCK)
@@ -173,6 +174,27 @@ def test_a_preempted_request_is_held_in_the_tier_until_it_loads_back() -> None:
     assert scheduler.requests["agent"].num_computed_tokens >= 1200 - BLOCK
     while "agent" in scheduler.requests:
         worker.step()
+
+
+def test_a_preempted_request_loads_back_inside_the_step_that_admits_it_again() -> None:
+    """`sync_load_preempted`: the agent vLLM preempted is never parked on its blocks for an asynchronous
+    load: the step that admits it again loads its held prompt before the forward and schedules the rest;
+    make-room counts no in-flight reservation for it, as vLLM applies none."""
+    from flatshare.scheduler.vllm_view import _may_load_async
+
+    scheduler, worker, policy = _agent_preempted(sync_load_preempted=True)
+    agent = scheduler.requests["agent"]
+    assert policy.held_keys == 1200 // BLOCK and not _may_load_async(scheduler, agent)
+    loaded_back = False
+    while "agent" in scheduler.requests:
+        assert agent.status != RequestStatus.WAITING_FOR_REMOTE_KVS
+        output = worker.step()
+        if "agent" in output.num_scheduled_tokens and output.has_sync_kv_loads:
+            meta = output.kv_connector_metadata
+            assert isinstance(meta, ProtectedOffloadingMetadata) and meta.sync_load_jobs
+            assert agent.num_computed_tokens >= 1200 - BLOCK
+            loaded_back = True
+    assert loaded_back and policy.held_keys == 0
 
 
 def test_holding_preempted_requests_needs_the_policy() -> None:

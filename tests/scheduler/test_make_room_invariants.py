@@ -59,7 +59,12 @@ settings.register_profile("soak", max_examples=3000, deadline=None, suppress_hea
 PROFILE = os.environ.get("FLATSHARE_INVARIANTS", "ci")
 
 MAX_STEPS = 40_000
-ALL_PROTECTED_KV = {"sync_load": True, "keep_in_tier": True, "keep_preempted": True}
+ALL_PROTECTED_KV = {
+    "sync_load": True,
+    "keep_in_tier": True,
+    "keep_preempted": True,
+    "sync_load_preempted": True,
+}
 LOADING = RequestStatus.WAITING_FOR_REMOTE_KVS  # admitted, its blocks held while a CPU-tier load runs
 BLOCK = 16
 
@@ -120,10 +125,11 @@ def scenarios(draw: st.DrawFn, priorities: tuple[int, ...] = (0, 1, 5, 10)) -> S
     chunked = draw(st.sampled_from([True, True, True, False]))
     tier = draw(st.sampled_from([0, 0, 8192]))
     failures = draw(st.sampled_from([0.0, 0.0, 0.3])) if tier else 0.0
-    # The tier's connector settings: none, preempted requests held in the tier, or every protected-KV one.
-    connector = (
-        draw(st.sampled_from([{}, {}, {"keep_preempted": True}, dict(ALL_PROTECTED_KV)])) if tier else {}
-    )
+    # The tier's connector settings: none, preempted requests held in the tier (and loaded back inside the
+    # step), or every protected-KV one.
+    held = {"keep_preempted": True}
+    synced = {**held, "sync_load_preempted": True}
+    connector = draw(st.sampled_from([{}, {}, held, synced, dict(ALL_PROTECTED_KV)])) if tier else {}
     engine = EngineConfig(
         kv_tokens=kv_tokens,
         max_model_len=model_len,

@@ -18,6 +18,7 @@ from simkit import req, run
 pytestmark = pytest.mark.vllm
 
 HOLD = {"flatshare_protected": {"keep_preempted": True}}
+HOLD_SYNC = {"flatshare_protected": {"keep_preempted": True, "sync_load_preempted": True}}
 MAKE_ROOM = {"make_room": {"enabled": True, "window_tokens": 0}}
 
 
@@ -104,6 +105,34 @@ def test_a_held_victim_comes_back_by_a_load() -> None:
     # Without the hold the burst pushed the victim's blocks out and it recomputed its prompt.
     assert held.cpu_loaded_tokens - lru.cpu_loaded_tokens >= 1800 - 1800 % 16 - 16
     assert held.cpu_tier["evicted_blocks"] > 0
+
+
+def test_a_held_victim_loaded_inside_the_step_never_waits_on_its_blocks_for_an_asynchronous_load() -> None:
+    """`sync_load_preempted`: the victim's hit is loaded inside the step that admits it again, so it is
+    scheduled in that step rather than parked on its blocks while an asynchronous load runs."""
+    results, parked = {}, {}
+    for name, connector in (("async", HOLD), ("sync", HOLD_SYNC)):
+        kv = ENGINE["kv_tokens"]
+        config = EngineConfig(**ENGINE, cpu_tier_connector=connector, max_model_len=fitting_model_len(kv, 16))
+        engine = SimEngine(config, load_profile())
+        scheduler, schedule, steps = engine.scheduler, engine.scheduler.schedule, []
+
+        def counting(
+            *args: Any, scheduler: Any = scheduler, schedule: Any = schedule, steps: list = steps
+        ) -> Any:
+            victim = scheduler.requests.get("victim")
+            if victim is not None and victim.status.name == "WAITING_FOR_REMOTE_KVS":
+                steps.append(victim.status)
+            return schedule(*args)
+
+        scheduler.schedule = counting
+        results[name], parked[name] = engine.run(_victim_and_burst()), len(steps)
+    for result in results.values():
+        victim = next(r for r in result.records if r.id == "victim")
+        assert victim.preemptions == 1 and victim.status == "finished"
+    assert results["async"].cpu_tier["sync_loads"] == 0 and parked["async"] > 0
+    assert results["sync"].cpu_tier["sync_loads"] == 1 and parked["sync"] == 0
+    assert results["sync"].cpu_loaded_tokens == results["async"].cpu_loaded_tokens  # the same blocks
 
 
 def test_the_setting_is_validated() -> None:

@@ -145,6 +145,10 @@ def test_a_plain_tier_is_least_recently_used_first() -> None:
     [
         ({"flatshare_protected": {"sync": True}}, "unknown key(s) ['sync']"),
         ({"flatshare_protected": {"sync_load": 1}}, "sync_load must be true or false"),
+        (
+            {"flatshare_protected": {"sync_load_preempted": "yes"}},
+            "sync_load_preempted must be true or false",
+        ),
         ({"flatshare_protected": {"max_kept_share": 0}}, "max_kept_share must be in (0, 1]"),
         ({"other": {}}, "unknown key(s) ['other']"),
     ],

@@ -119,6 +119,12 @@ EDGES = (
         "make-room-t48-syncload-tierkeep-tail-hint-sentence-hintdue-keepvictims",
         "held agent prefill rides in the steps held for a hint before its turn, 128 tokens a step",
     ),
+    # Preempted requests loaded back inside the step (`sync_load_preempted`).
+    Edge(
+        "make-room-t48-syncload-tierkeep-tail-hint-sentence-hintdue-keepvictims-hintride-syncvictims",
+        "make-room-t48-syncload-tierkeep-tail-hint-sentence-hintdue-keepvictims-hintride",
+        "preempted requests' held blocks loaded back inside the step that admits them again",
+    ),
     # The ride (`hold_ride_*`), over T=48 and over the pin stack.
     *(
         Edge(f"{base}-{ride}", base, f"held agent prefill rides, {adds}")

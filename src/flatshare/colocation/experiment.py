@@ -244,6 +244,26 @@ HINT_RIDE_CONDITIONS = (
         hint_ride_tokens=128,
     ),
 )
+# Preempted requests loaded back inside the step that admits them again (`sync_load_preempted`,
+# docs/make-room.md): with `keep_preempted`, a victim's held prompt is loaded before that step's forward
+# instead of asynchronously, during which it sat on all its blocks. Over the best stack, and stock vLLM with
+# the same connector settings, so that what the setting alone gives shows.
+SYNC_KEEP_PREEMPTED_SYNC = {
+    "flatshare_protected": {**SYNC_KEEP_PREEMPTED["flatshare_protected"], "sync_load_preempted": True}
+}
+KEEP_PREEMPTED_SYNC = {
+    "flatshare_protected": {**KEEP_PREEMPTED["flatshare_protected"], "sync_load_preempted": True}
+}
+SYNC_VICTIMS_CONDITIONS = (
+    Condition("vllm-priority-keepvictims-syncvictims", cpu_tier_connector=KEEP_PREEMPTED_SYNC),
+    _stack_sentence(
+        "-hintdue-keepvictims-hintride-syncvictims",
+        hint_in_quantile=0.5,
+        cpu_tier=SYNC_KEEP_PREEMPTED_SYNC,
+        **HINT_W1,
+        hint_ride_tokens=128,
+    ),
+)
 SWEEP_CONDITIONS = tuple(
     Condition(f"make-room-t{t}", "make-room", additional_config=_mr(t), window_tokens=t)
     for t in (8, 24, 32, 64)
@@ -329,21 +349,26 @@ class ColocationPlan:
                         yield condition, callers, seed
 
 
+EVERY_CONDITION = (
+    MAIN_CONDITIONS
+    + MECHANISM_CONDITIONS
+    + RIDE_CONDITIONS
+    + SWEEP_CONDITIONS
+    + BASELINE_CONDITIONS
+    + BASELINE_SWEEP
+    + PROTECTED_KV_CONDITIONS
+    + AT_RISK_CONDITIONS
+    + HINT_DUE_CONDITIONS
+    + KEEP_PREEMPTED_CONDITIONS
+    + HINT_RIDE_CONDITIONS
+    + SYNC_VICTIMS_CONDITIONS
+)
+"""Every condition `--conditions` can name, in the plan's order."""
+
+
 def pick_conditions(keys: str) -> tuple[Condition, ...]:
     """The conditions named in `keys` (comma-separated), in the plan's order; ValueError naming unknowns."""
-    every = (
-        MAIN_CONDITIONS
-        + MECHANISM_CONDITIONS
-        + RIDE_CONDITIONS
-        + SWEEP_CONDITIONS
-        + BASELINE_CONDITIONS
-        + BASELINE_SWEEP
-        + PROTECTED_KV_CONDITIONS
-        + AT_RISK_CONDITIONS
-        + HINT_DUE_CONDITIONS
-        + KEEP_PREEMPTED_CONDITIONS
-        + HINT_RIDE_CONDITIONS
-    )
+    every = EVERY_CONDITION
     wanted = [k.strip() for k in keys.split(",") if k.strip()]
     unknown = sorted(set(wanted) - {c.key for c in every})
     if not wanted or unknown:

@@ -43,6 +43,10 @@ class ProtectedKvConfig:
     `keep_preempted`: the blocks a preempted request (of any priority: vLLM's own preemptions and
     make-room's) has in the tier are evicted only after ordinary ones until it is scheduled again or
     ends, so that it comes back by a load rather than by recomputing its prefill.
+    `sync_load_preempted`: a preempted request's hit in the CPU tier (of any priority; with
+    `keep_preempted` the tier holds it) is loaded inside the step that admits it again, as `sync_load` loads
+    a protected one, instead of asynchronously, so it does not sit on all its blocks while the
+    asynchronous protocol runs (docs/make-room.md). The load's transfer then delays that step.
     `max_kept_share`: at most this share of the tier is kept or held so; beyond it the least recently used
     such blocks are evicted as ordinary ones (1.0: no limit).
     """
@@ -50,11 +54,12 @@ class ProtectedKvConfig:
     sync_load: bool = False
     keep_in_tier: bool = False
     keep_preempted: bool = False
+    sync_load_preempted: bool = False
     protect_priority: int = 0
     max_kept_share: float = 0.5
 
     def __post_init__(self) -> None:
-        for name in ("sync_load", "keep_in_tier", "keep_preempted"):
+        for name in ("sync_load", "keep_in_tier", "keep_preempted", "sync_load_preempted"):
             if not isinstance(getattr(self, name), bool):
                 raise ProtectedKvConfigError(
                     f"{CONFIG_KEY}.{name} must be true or false, got {getattr(self, name)!r}"
@@ -70,7 +75,7 @@ class ProtectedKvConfig:
 
     @property
     def enabled(self) -> bool:
-        return self.sync_load or self.keep_in_tier or self.keep_preempted
+        return self.sync_load or self.keep_in_tier or self.keep_preempted or self.sync_load_preempted
 
     @property
     def spares(self) -> bool:
@@ -80,10 +85,11 @@ class ProtectedKvConfig:
     def protects(self, priority: int) -> bool:
         return priority <= self.protect_priority
 
-    def loads_sync(self, priority: int) -> bool:
-        """Whether a request of this priority has its CPU-tier hit loaded inside the step (`sync_load`):
-        never an asynchronous load, so vLLM applies no in-flight reservation to its admission."""
-        return self.sync_load and self.protects(priority)
+    def loads_sync(self, priority: int, preempted: bool = False) -> bool:
+        """Whether a request of this priority, `preempted` before or not, has its CPU-tier hit loaded inside
+        the step (`sync_load` for a protected one, `sync_load_preempted` for a preempted one): never an
+        asynchronous load, so vLLM applies no in-flight reservation to its admission."""
+        return (self.sync_load and self.protects(priority)) or (self.sync_load_preempted and preempted)
 
     @classmethod
     def from_extra_config(cls, extra: Mapping[str, Any] | None) -> ProtectedKvConfig:

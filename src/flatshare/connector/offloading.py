@@ -1,7 +1,8 @@
 """`FlatshareOffloadingConnector`: vLLM 0.32's `OffloadingConnector` (the CPU KV tier) with flatshare's
 protected-KV settings (`flatshare.connector.config`).
 
-Scheduler side. `sync_load`: a protected request's lookup is capped one token short of its prompt
+Scheduler side. `sync_load` (and `sync_load_preempted`, for a request vLLM or make-room preempted): a
+protected request's lookup is capped one token short of its prompt
 (`_max_loadable_tokens`: vLLM schedules at least one token of a request it loads synchronously) and its
 hit answered `(hits, False)`, so vLLM's scheduler allocates its blocks, counts the hit as computed and
 schedules the rest of the prompt in the same step (`has_sync_kv_loads`). The load job is made as vLLM's
@@ -89,7 +90,7 @@ class FlatshareOffloadingConnector(OffloadingConnector):
             self._policy = policy
 
     def _loads_sync(self, request: Request) -> bool:
-        return self.protected.loads_sync(request.priority)
+        return self.protected.loads_sync(request.priority, request.num_preemptions > 0)
 
     # -- scheduler side --------------------------------------------------------------------------
     def on_new_request(self, request: Request) -> None:

@@ -356,10 +356,12 @@ def _may_load(s: Any, request: Request) -> bool:
 def _may_load_async(s: Any, request: Request) -> bool:
     """Whether the KV connector may answer `request`'s lookup with an asynchronous load: it may load part
     of it (`_may_load`), unless the connector is flatshare's (vLLM's or the simulator's) and loads this
-    request's hit inside the step (`flatshare_protected.sync_load` for a protected priority), which is
-    known from its settings without asking it."""
+    request's hit inside the step (`flatshare_protected.sync_load` for a protected priority,
+    `sync_load_preempted` for a request preempted before), which is known from its settings without
+    asking it."""
     protected = getattr(s.connector, "protected", None)
-    if isinstance(protected, ProtectedKvConfig) and protected.loads_sync(request.priority):
+    preempted = request.num_preemptions > 0
+    if isinstance(protected, ProtectedKvConfig) and protected.loads_sync(request.priority, preempted):
         return False
     return _may_load(s, request)
 

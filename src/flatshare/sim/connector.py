@@ -136,7 +136,8 @@ class ConnectorCounters:
     """Lookups answered `None` (own transfers, a block being stored or being loaded)."""
     dropped_stores: int = 0
     sync_loads: int = 0
-    """Loads (of `loads`) of protected requests made synchronous (`sync_load`)."""
+    """Loads (of `loads`) made synchronous: protected requests' (`sync_load`) and preempted ones'
+    (`sync_load_preempted`)."""
     sync_loaded_tokens: int = 0
     held_preempted: int = 0
     """Preempted requests whose blocks the tier held for their return (`keep_preempted`)."""
@@ -238,7 +239,7 @@ class SimCpuTierConnector(KVConnectorBase_V1):
         if hits is None:
             self.counters.deferred_lookups += 1
             return None, False
-        if self.protected.loads_sync(request.priority):
+        if self.protected.loads_sync(request.priority, request.num_preemptions > 0):
             # vLLM schedules at least one token of a request it loads synchronously.
             hits = max(0, min(hits, (request.num_tokens - 1) // self.block_size - start))
             state.sync_hit = hits > 0
