@@ -20,7 +20,7 @@ def test_a_block_several_requests_hold_counts_once_for_the_most_protected() -> N
 
 def test_steps_are_weighted_by_their_time_and_free_memory_counted_apart_while_a_request_waits() -> None:
     ledger = KvLedger(until_s=1.0)
-    ledger.add(0.0, 0.1, {0: 10, 10: 60}, free_blocks=30, total_blocks=100, waiting=True)
+    ledger.add(0.0, 0.1, {0: 10, 10: 60}, free_blocks=30, total_blocks=100, waiting=True, loading_blocks=20)
     ledger.add(0.1, 0.4, {10: 90}, free_blocks=10, total_blocks=100, waiting=False)
     ledger.add(1.0, 1.5, {10: 100}, free_blocks=0, total_blocks=100, waiting=True)  # past the window
     table = ledger.to_json()
@@ -30,10 +30,11 @@ def test_steps_are_weighted_by_their_time_and_free_memory_counted_apart_while_a_
     assert table[held_key(10)] == pytest.approx(6.0 + 27.0)
     assert table["free_block_s"] == pytest.approx(3.0 + 3.0)
     assert table["free_block_s_waiting"] == pytest.approx(3.0)
+    assert table["loading_block_s"] == pytest.approx(2.0)
     assert table["window_s"] == 1.0
     share = shares(table)
     assert share == pytest.approx(
-        {"free": 0.15, "free_waiting": 0.075, "priority_0": 0.025, "priority_10": 0.825}
+        {"free": 0.15, "free_waiting": 0.075, "loading": 0.05, "priority_0": 0.025, "priority_10": 0.825}
     )
 
 
@@ -41,6 +42,8 @@ def test_a_step_that_holds_more_than_the_cache_or_ends_before_it_starts_is_refus
     ledger = KvLedger()
     with pytest.raises(ValueError, match="exceed the cache"):
         ledger.add(0.0, 0.1, {10: 80}, free_blocks=30, total_blocks=100, waiting=False)
+    with pytest.raises(ValueError, match="loading blocks are some of the held"):
+        ledger.add(0.0, 0.1, {10: 10}, free_blocks=0, total_blocks=100, waiting=False, loading_blocks=11)
     with pytest.raises(ValueError, match="ends after it starts"):
         ledger.add(0.2, 0.1, {}, free_blocks=0, total_blocks=100, waiting=False)
     assert shares(ledger.to_json()) == {}  # nothing counted: no shares
@@ -52,7 +55,9 @@ def test_engines_ledgers_add_and_their_shares_are_of_both_caches() -> None:
     b.add(0.0, 1.0, {}, free_blocks=100, total_blocks=100, waiting=True)
     total = summed([a.to_json(), b.to_json()])
     assert total["window_s"] == 60.0
-    assert shares(total) == pytest.approx({"free": 0.5, "free_waiting": 0.5, "priority_10": 0.5})
+    assert shares(total) == pytest.approx(
+        {"free": 0.5, "free_waiting": 0.5, "loading": 0.0, "priority_10": 0.5}
+    )
 
 
 @pytest.mark.vllm

@@ -25,7 +25,7 @@ from typing import Any
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.engine import FinishReason
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
-from vllm.v1.request import Request
+from vllm.v1.request import Request, RequestStatus
 
 from flatshare.runfiles.samples import EngineSample
 from flatshare.runfiles.sim_records import RequestRecord
@@ -173,8 +173,6 @@ class SimEngine:
         with `RequestStatus.FINISHED_ABORTED` (`Scheduler.finish_requests`), freeing its KV blocks. One
         still in the arrival queue is dropped from it. Its record ends now with status `aborted` and
         finish reason `abort`. False when the engine has no unfinished request of that id."""
-        from vllm.v1.request import RequestStatus
-
         record: RequestRecord | None
         i = self._pending_index(request_id)
         if i is not None:
@@ -269,20 +267,21 @@ class SimEngine:
 
     def _count_kv(self, start: float, end: float) -> None:
         """The KV ledger's step: the blocks every live request holds now (the step scheduled), by priority,
-        and the free ones; read from each KV group's manager without side effects."""
+        those of requests waiting for an asynchronous load, and the free ones; read from each KV group's
+        manager without side effects."""
         scheduler = self.scheduler
         pool = scheduler.kv_cache_manager.block_pool
         managers = scheduler.kv_cache_manager.coordinator.single_type_managers
-        holders = (
-            (
-                request.priority,
-                (b.block_id for m in managers for b in m.req_to_blocks.get(rid, ()) if not b.is_null),
-            )
-            for rid, request in scheduler.requests.items()
-        )
+        holders, loading = [], 0
+        for rid, request in scheduler.requests.items():
+            blocks = [b.block_id for m in managers for b in m.req_to_blocks.get(rid, ()) if not b.is_null]
+            holders.append((request.priority, blocks))
+            if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:  # admitted, its load not yet in
+                loading += len(set(blocks))
         waiting = bool(scheduler.waiting) or bool(getattr(scheduler, "kv_holding_waiting", ()))
         total = pool.num_gpu_blocks - 1  # the null block is never free
-        self.kv_ledger.add(start, end, held_by_priority(holders), pool.get_num_free_blocks(), total, waiting)
+        free = pool.get_num_free_blocks()
+        self.kv_ledger.add(start, end, held_by_priority(holders), free, total, waiting, loading)
 
     def _launch_empty(self, output: SchedulerOutput) -> tuple[StepReport, ModelRunnerOutput]:
         """A step that scheduled nothing: no forward, but the tier's worker still flushes, starts the

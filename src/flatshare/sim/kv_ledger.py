@@ -7,6 +7,8 @@ holds (a block several requests hold counts once, for the most protected of them
 value), and vLLM's free blocks (unheld, cached ones included: what `vllm:kv_cache_usage_perc` leaves out).
 `free_block_s_waiting` is the free block-seconds of steps during which some request waited for admission:
 memory that work wanting memory did not get (the head of the queue did not fit, or was held).
+`loading_block_s` is the part of the held block-seconds whose request was waiting for an asynchronous KV
+load (admitted, its blocks allocated, nothing of it scheduled until the load is in).
 
 The sums are raw block-seconds, so several engines' ledgers add (`flatshare.sim.step_ledger.summed`);
 `shares` turns one into shares of the cache's block-seconds (`cache_block_s`).
@@ -52,6 +54,7 @@ class KvLedger:
     cache_block_s: float = 0.0
     free_block_s: float = 0.0
     free_block_s_waiting: float = 0.0
+    loading_block_s: float = 0.0
     held_block_s: dict[int, float] = field(default_factory=dict)
 
     def counts(self, start_s: float) -> bool:
@@ -66,21 +69,26 @@ class KvLedger:
         free_blocks: int,
         total_blocks: int,
         waiting: bool,
+        loading_blocks: int = 0,
     ) -> None:
         """Count one launched step from `start_s` to `end_s` (ignored when it starts at or after `until_s`):
-        `held` blocks per priority, `free_blocks` of `total_blocks`, and whether a request waited."""
+        `held` blocks per priority, `free_blocks` of `total_blocks`, whether a request waited, and the held
+        blocks of requests waiting for an asynchronous load (`loading_blocks`)."""
         if not self.counts(start_s):
             return
         if end_s < start_s or total_blocks <= 0 or free_blocks < 0:
             raise ValueError("a step ends after it starts, on a cache of blocks, with free blocks >= 0")
         if sum(held.values()) + free_blocks > total_blocks:
             raise ValueError("held and free blocks exceed the cache")
+        if not 0 <= loading_blocks <= sum(held.values()):
+            raise ValueError("loading blocks are some of the held ones")
         dt = end_s - start_s
         self.seconds += dt
         self.cache_block_s += total_blocks * dt
         self.free_block_s += free_blocks * dt
         if waiting:
             self.free_block_s_waiting += free_blocks * dt
+        self.loading_block_s += loading_blocks * dt
         for priority, blocks in held.items():
             self.held_block_s[priority] = self.held_block_s.get(priority, 0.0) + blocks * dt
 
@@ -91,6 +99,7 @@ class KvLedger:
             "cache_block_s": round(self.cache_block_s, 6),
             "free_block_s": round(self.free_block_s, 6),
             "free_block_s_waiting": round(self.free_block_s_waiting, 6),
+            "loading_block_s": round(self.loading_block_s, 6),
         }
         if self.until_s is not None:
             out["window_s"] = float(self.until_s)
@@ -101,13 +110,14 @@ class KvLedger:
 
 def shares(ledger: Mapping[str, float | None]) -> dict[str, float]:
     """A `to_json` table (or a mean of several) as shares of the cache's block-seconds: `free`,
-    `free_waiting`, and `priority_<p>` per priority held; empty when it counted no time."""
+    `free_waiting`, `loading`, and `priority_<p>` per priority held; empty when it counted no time."""
     total = ledger.get("cache_block_s") or 0.0
     if total <= 0:
         return {}
     out = {
         "free": float(ledger.get("free_block_s") or 0.0) / total,
         "free_waiting": float(ledger.get("free_block_s_waiting") or 0.0) / total,
+        "loading": float(ledger.get("loading_block_s") or 0.0) / total,
     }
     for key, value in ledger.items():
         if key.startswith(HELD_PREFIX) and value is not None:
