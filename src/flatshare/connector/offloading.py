@@ -135,7 +135,9 @@ class FlatshareOffloadingConnector(OffloadingConnector):
         for req_id in scheduler_output.finished_req_ids or ():
             policy.release(req_id)
         states = self.scheduler._req_status
-        for req_id in scheduler_output.preempted_req_ids or ():
+        for req_id in sorted(
+            scheduler_output.preempted_req_ids or ()
+        ):  # a set: holds touch the tier in order
             state = states.get(req_id)
             if state is None:
                 continue

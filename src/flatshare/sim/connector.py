@@ -294,7 +294,7 @@ class SimCpuTierConnector(KVConnectorBase_V1):
             if new_block_ids:
                 state.block_ids.extend(new_block_ids[0])
                 self._batch_allocated.update(b for b in new_block_ids[0] if b != 0)
-        for req_id in scheduler_output.preempted_req_ids or ():
+        for req_id in sorted(scheduler_output.preempted_req_ids or ()):  # holds touch the tier: in order
             preempted = self._states.get(req_id)
             if preempted is not None:
                 self._batch_flush.update(preempted.jobs)
