@@ -272,16 +272,17 @@ class SimEngine:
         scheduler = self.scheduler
         pool = scheduler.kv_cache_manager.block_pool
         managers = scheduler.kv_cache_manager.coordinator.single_type_managers
-        holders, loading = [], 0
+        holders: list[tuple[int, list[int]]] = []
+        loading: set[int] = set()  # two loading requests may share prefix blocks: counted once
         for rid, request in scheduler.requests.items():
             blocks = [b.block_id for m in managers for b in m.req_to_blocks.get(rid, ()) if not b.is_null]
             holders.append((request.priority, blocks))
             if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:  # admitted, its load not yet in
-                loading += len(set(blocks))
+                loading.update(blocks)
         waiting = bool(scheduler.waiting) or bool(getattr(scheduler, "kv_holding_waiting", ()))
         total = pool.num_gpu_blocks - 1  # the null block is never free
         free = pool.get_num_free_blocks()
-        self.kv_ledger.add(start, end, held_by_priority(holders), free, total, waiting, loading)
+        self.kv_ledger.add(start, end, held_by_priority(holders), free, total, waiting, len(loading))
 
     def _launch_empty(self, output: SchedulerOutput) -> tuple[StepReport, ModelRunnerOutput]:
         """A step that scheduled nothing: no forward, but the tier's worker still flushes, starts the
