@@ -29,7 +29,7 @@ from flatshare.colocation.setup import SEED
 
 SUMMARY_PATH = "docs/results/colocation/summary.json"
 MECHANISMS_SUMMARY_PATH = "docs/results/mechanisms/llama3-8b-24gb/summary.json"
-BEST = "make-room-t48-syncload-tierkeep-tail-hint-sentence-hintdue-keepvictims-hintride"
+BEST = "make-room-t48-syncload-tierkeep-tail-hint-sentence-hintdue-keepvictims-hintride-syncvictims"
 RESULTS_PAGE = "docs/results/colocation/README.md"
 PER_CALLER_CONDITIONS = (
     "alone",
@@ -51,7 +51,8 @@ HEADLINE_CONDITIONS = {
     "make-room-t48-256-decode": "make-room T = 48, decode hold, 256-token steps",
     BEST: "make-room T = 48 ending at the first sentence, protected KV loaded in the step and kept in the "
     "CPU tier, small tails recomputed, arrival hints that say when the turn is due, preempted agents held "
-    "in the CPU tier until they come back, agent prefill riding in the steps held before the turn",
+    "in the CPU tier and loaded back inside the step that admits them again, agent prefill riding in the "
+    "steps held before the turn",
 }
 # The write-up's own figures for a headline row (`flatshare.colocation.seed_table`), by condition.
 WRITE_UP_ROWS = {
