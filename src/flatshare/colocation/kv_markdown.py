@@ -12,14 +12,12 @@ out).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from flatshare.colocation.goal import STOCK
 from flatshare.colocation.results import ColocationSummary, ConditionResult
+from flatshare.colocation.steps_markdown import shown
 from flatshare.policy.classes import AGENT_PRIORITY, VOICE_PRIORITY
 from flatshare.sim.kv_ledger import shares
 
-AGENTS_ALONE = "agents-alone"
 HEADER = (
     "| condition | voice's share of the cache | agents' share | of it, waiting for a KV load | free "
     "| free while a request waited | agents' rate vs stock |"
@@ -45,13 +43,6 @@ def _row(key: str, m: ConditionResult) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def _shown(conditions: Mapping[str, ConditionResult]) -> list[str]:
-    """Stock first, make-room's variants by name, then `agents-alone`: those with a KV ledger."""
-    keys = [k for k, m in conditions.items() if shares(m.kv_ledger)]
-    keys = [k for k in keys if k in (STOCK, AGENTS_ALONE) or k.startswith("make-room")]
-    return sorted(keys, key=lambda k: (k != STOCK, k == AGENTS_ALONE, k))
-
-
 def kv_lines(summary: ColocationSummary) -> list[str]:
     """The section (none when no caller count has stock's KV ledger: real engines, or runs saved before
     it)."""
@@ -61,7 +52,7 @@ def kv_lines(summary: ColocationSummary) -> list[str]:
         stock = conditions.get(STOCK)
         if stock is None or not shares(stock.kv_ledger):
             continue
-        rows = [_row(k, conditions[k]) for k in _shown(conditions)]
+        rows = [_row(k, conditions[k]) for k in shown(conditions, lambda m: shares(m.kv_ledger))]
         lines += [f"### {callers} callers", "", HEADER, "|---" * 7 + "|", *rows, ""]
     if not lines:
         return []

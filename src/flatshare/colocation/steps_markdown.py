@@ -11,7 +11,7 @@ steps for the same work, and every step pays the floor wherever it runs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from flatshare.colocation.goal import STOCK
 from flatshare.colocation.results import ColocationSummary, ConditionResult
@@ -77,9 +77,10 @@ def _row(key: str, m: ConditionResult, stock: ConditionResult) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def _shown(conditions: Mapping[str, ConditionResult]) -> list[str]:
-    """Stock first, make-room's variants by name, then `agents-alone`: those with a ledger."""
-    keys = [k for k, m in conditions.items() if m.step_ledger]
+def shown(conditions: Mapping[str, ConditionResult], has: Callable[[ConditionResult], object]) -> list[str]:
+    """Stock first, make-room's variants by name, then `agents-alone`: those for which `has` (their
+    ledger) is true. The rows of this module's tables and of `kv_markdown`'s."""
+    keys = [k for k, m in conditions.items() if has(m)]
     keys = [k for k in keys if k in (STOCK, AGENTS_ALONE) or k.startswith("make-room")]
     return sorted(keys, key=lambda k: (k != STOCK, k == AGENTS_ALONE, k))
 
@@ -92,7 +93,7 @@ def steps_lines(summary: ColocationSummary) -> list[str]:
         stock = conditions.get(STOCK)
         if stock is None or not stock.step_ledger:
             continue
-        rows = [_row(k, conditions[k], stock) for k in _shown(conditions)]
+        rows = [_row(k, conditions[k], stock) for k in shown(conditions, lambda m: m.step_ledger)]
         lines += [f"### {callers} callers", "", HEADER, "|---" * 11 + "|", *rows, ""]
     if not lines:
         return []

@@ -91,6 +91,11 @@ class ProtectedKvConfig:
         asynchronous load, so vLLM applies no in-flight reservation to its admission."""
         return (self.sync_load and self.protects(priority)) or (self.sync_load_preempted and preempted)
 
+    def loads_request_sync(self, request: Any) -> bool:
+        """`loads_sync` for a vLLM `Request` (its `priority`; preempted when `num_preemptions` > 0): the one
+        reading the real connector, the simulated one and make-room's admission view share."""
+        return self.loads_sync(request.priority, request.num_preemptions > 0)
+
     @classmethod
     def from_extra_config(cls, extra: Mapping[str, Any] | None) -> ProtectedKvConfig:
         """Read `kv_connector_extra_config["flatshare_protected"]`; absent means off. Unknown keys are errors."""

@@ -90,7 +90,7 @@ class FlatshareOffloadingConnector(OffloadingConnector):
             self._policy = policy
 
     def _loads_sync(self, request: Request) -> bool:
-        return self.protected.loads_sync(request.priority, request.num_preemptions > 0)
+        return self.protected.loads_request_sync(request)
 
     # -- scheduler side --------------------------------------------------------------------------
     def on_new_request(self, request: Request) -> None:
@@ -135,9 +135,8 @@ class FlatshareOffloadingConnector(OffloadingConnector):
         for req_id in scheduler_output.finished_req_ids or ():
             policy.release(req_id)
         states = self.scheduler._req_status
-        for req_id in sorted(
-            scheduler_output.preempted_req_ids or ()
-        ):  # a set: holds touch the tier in order
+        # A set: sorted, so that the holds touch the tier in the same order whatever the string hashing.
+        for req_id in sorted(scheduler_output.preempted_req_ids or ()):
             state = states.get(req_id)
             if state is None:
                 continue

@@ -360,8 +360,7 @@ def _may_load_async(s: Any, request: Request) -> bool:
     `sync_load_preempted` for a request preempted before), which is known from its settings without
     asking it."""
     protected = getattr(s.connector, "protected", None)
-    preempted = request.num_preemptions > 0
-    if isinstance(protected, ProtectedKvConfig) and protected.loads_sync(request.priority, preempted):
+    if isinstance(protected, ProtectedKvConfig) and protected.loads_request_sync(request):
         return False
     return _may_load(s, request)
 

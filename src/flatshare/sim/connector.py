@@ -239,7 +239,7 @@ class SimCpuTierConnector(KVConnectorBase_V1):
         if hits is None:
             self.counters.deferred_lookups += 1
             return None, False
-        if self.protected.loads_sync(request.priority, request.num_preemptions > 0):
+        if self.protected.loads_request_sync(request):
             # vLLM schedules at least one token of a request it loads synchronously.
             hits = max(0, min(hits, (request.num_tokens - 1) // self.block_size - start))
             state.sync_hit = hits > 0
